@@ -1,0 +1,100 @@
+#include "torch_binding.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "img2gray_cpu.h"
+#include "registration.h"
+
+#ifdef IMG2GRAY_WITH_CUDA
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "img2gray_cuda.h"
+#endif
+
+namespace {
+
+// Pixels per CPU task: large enough that scheduling costs vanish.
+constexpr int64_t kCpuGrainPixels = 1 << 16;
+
+// The same checks and wording as the fake implementation in img2gray/__init__.py.
+void check_arguments(const at::Tensor& input, const at::Tensor& output) {
+  TORCH_CHECK_TYPE(input.scalar_type() == at::kByte,
+                   "img2gray: expected input of dtype torch.uint8, got ",
+                   input.scalar_type());
+  TORCH_CHECK_VALUE(input.dim() >= 3,
+                    "img2gray: expected input of shape [..., H, W, 3], got ",
+                    input.sizes());
+  TORCH_CHECK_VALUE(input.size(-1) == 3,
+                    "img2gray: expected 3 channels (RGB) in the last dimension "
+                    "of input [..., H, W, 3], got ",
+                    input.size(-1), " in shape ", input.sizes());
+  TORCH_CHECK_TYPE(output.scalar_type() == at::kByte,
+                   "img2gray: expected output of dtype torch.uint8, got ",
+                   output.scalar_type());
+  const auto expected = input.sizes().slice(0, input.dim() - 1);
+  TORCH_CHECK_VALUE(output.sizes() == expected,
+                    "img2gray: expected output of shape ", expected,
+                    " for input of shape ", input.sizes(), ", got ",
+                    output.sizes());
+  TORCH_CHECK(input.device() == output.device(),
+              "img2gray: expected input and output on the same device, got "
+              "input on ",
+              input.device(), " and output on ", output.device());
+  at::assert_no_internal_overlap(output);
+  at::assert_no_overlap(output, input);
+}
+
+// Runs convert(rgb, gray, n_pixels) on contiguous memory: a contiguous copy of
+// a strided input, and a scratch output copied back into a strided output.
+template <typename Convert>
+void run_contiguous(const at::Tensor& input, at::Tensor& output, Convert convert) {
+  if (output.numel() == 0) {
+    return;
+  }
+  const at::Tensor rgb = input.contiguous();
+  const bool write_in_place = output.is_contiguous();
+  at::Tensor gray = write_in_place ? output : at::empty(output.sizes(), output.options());
+  convert(rgb.const_data_ptr<uint8_t>(), gray.mutable_data_ptr<uint8_t>(), gray.numel());
+  if (!write_in_place) {
+    output.copy_(gray);
+  }
+}
+
+}  // namespace
+
+void img2gray_cpu_op(const at::Tensor& input, at::Tensor& output) {
+  check_arguments(input, output);
+  run_contiguous(input, output, [](const uint8_t* rgb, uint8_t* gray, int64_t n) {
+    at::parallel_for(0, n, kCpuGrainPixels, [&](int64_t begin, int64_t end) {
+      img2gray_cpu(rgb + 3 * begin, gray + begin, end - begin);
+    });
+  });
+}
+
+#ifdef IMG2GRAY_WITH_CUDA
+void img2gray_cuda_op(const at::Tensor& input, at::Tensor& output) {
+  // The dispatcher picks this kernel when any argument is on CUDA, so the
+  // device check must come before the guard, which needs a CUDA device.
+  check_arguments(input, output);
+  const c10::cuda::OptionalCUDAGuard device_guard(input.device());
+  run_contiguous(input, output, [&](const uint8_t* rgb, uint8_t* gray, int64_t n) {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.device().index()).stream();
+    C10_CUDA_CHECK(img2gray_cuda_launch(rgb, gray, n, stream));
+  });
+}
+#endif
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("img2gray(Tensor input, Tensor! output) -> ()");
+  ops.impl("img2gray", c10::kCPU, &img2gray_cpu_op);
+#ifdef IMG2GRAY_WITH_CUDA
+  ops.impl("img2gray", c10::kCUDA, &img2gray_cuda_op);
+#endif
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

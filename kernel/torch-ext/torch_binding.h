@@ -1,0 +1,11 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+// output[..., h, w] = gray(input[..., h, w, :]) for uint8 RGB input [..., H, W, 3].
+// Checks dtypes, shapes and devices, accepts non-contiguous tensors, and runs
+// on the input's device and that device's current stream.
+void img2gray_cpu_op(const at::Tensor& input, at::Tensor& output);
+#ifdef IMG2GRAY_WITH_CUDA
+void img2gray_cuda_op(const at::Tensor& input, at::Tensor& output);
+#endif

@@ -1,0 +1,134 @@
+"""kernel/build.toml (kernel-builder's format, edition 5): parsed and validated.
+
+Unknown keys are errors, as in kernel-builder, so a typo never silently builds
+something else."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .sourcelines import toml_key_position, where
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+Backend = Literal["cpu", "cuda", "metal", "rocm", "xpu"]
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_kebab, populate_by_name=True)
+
+
+class Hub(_Section):
+    repo_id: str | None = None
+    branch: str | None = None
+
+
+class CudaRange(_Section):
+    minver: str | None = None
+    maxver: str | None = None
+
+
+class General(_Section):
+    name: str = Field(pattern=r"^[a-z][-a-z0-9]*[a-z0-9]$")
+    version: int = Field(ge=0)
+    edition: int = 5
+    license: str
+    backends: list[Backend] = Field(min_length=1)
+    universal: bool = False
+    hub: Hub = Hub()
+    cuda: CudaRange | None = None
+
+    @property
+    def python_name(self) -> str:
+        return self.name.replace("-", "_")
+
+
+class Torch(_Section):
+    src: list[str] = Field(min_length=1)
+    include: list[str] = []
+    pyext: list[str] = []
+    minver: str | None = None
+    maxver: str | None = None
+    cxx_flags: list[str] = []
+
+
+class Kernel(_Section):
+    backend: Backend
+    depends: list[str] = []
+    src: list[str] = Field(min_length=1)
+    include: list[str] = []
+    cxx_flags: list[str] = []
+    cuda_capabilities: list[str] | None = None
+    cuda_flags: list[str] = []
+    cuda_minver: str | None = None
+
+
+class BuildConfig(_Section):
+    general: General
+    torch: Torch
+    kernel: dict[str, Kernel] = {}
+
+    def kernels_for(self, backend: str) -> dict[str, Kernel]:
+        """The [kernel.*] sections compiled into a variant of this backend.
+
+        CPU kernels are plain host code, so every variant carries them: a CUDA
+        variant then also serves CPU tensors, as users of a CUDA torch expect.
+        """
+        return {name: k for name, k in self.kernel.items() if k.backend in (backend, "cpu")}
+
+
+def load_build_toml(kernel_dir: Path) -> BuildConfig:
+    """Parse kernel_dir/build.toml; any problem is one ConfigError line with file:line:col."""
+    path = kernel_dir / "build.toml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read build.toml ({exc.strerror or exc})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, col = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
+        message = getattr(exc, "msg", str(exc))
+        raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
+    try:
+        config = BuildConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(path, text, exc)) from None
+    _check_sources(path, text, kernel_dir, config)
+    return config
+
+
+def _first_problem(path: Path, text: str, exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    loc = tuple(error["loc"])
+    line, col = toml_key_position(text, loc)
+    dotted = ".".join(str(part) for part in loc)
+    if error["type"] == "extra_forbidden":
+        what = f"unknown key '{dotted}'"
+    elif error["type"] == "missing":
+        what = f"missing required key '{dotted}'"
+    else:
+        what = f"'{dotted}' = {error.get('input')!r}: {error['msg']}"
+    return f"{where(path, line, col)}: {what}"
+
+
+def _check_sources(path: Path, text: str, kernel_dir: Path, config: BuildConfig) -> None:
+    lists: list[tuple[tuple[str, ...], list[str]]] = [(("torch", "src"), config.torch.src)]
+    lists += [(("kernel", name, "src"), k.src) for name, k in config.kernel.items()]
+    for loc, files in lists:
+        for file in files:
+            if not (kernel_dir / file).is_file():
+                line, col = toml_key_position(text, loc)
+                raise ConfigError(f"{where(path, line, col)}: source file '{file}' does not exist in {kernel_dir}")

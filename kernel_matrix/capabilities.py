@@ -1,0 +1,44 @@
+"""Which CUDA capabilities a variant is compiled for."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import yaml
+from packaging.version import Version
+
+
+@cache
+def _default_table() -> list[dict]:
+    text = resources.files("kernel_matrix").joinpath("data/cuda_capabilities.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def default_capabilities(cuda_version: str) -> list[str]:
+    for row in _default_table():
+        if Version(cuda_version) >= Version(row["min_cuda"]):
+            return list(row["capabilities"])
+    raise AssertionError("the last row of cuda_capabilities.yaml matches every version")
+
+
+def select_capabilities(requested: list[str] | None, cuda_version: str) -> list[str]:
+    """build.toml's list intersected with the CUDA version's defaults, ascending.
+
+    An empty result is returned as is: the caller reports it against build.toml.
+    """
+    defaults = default_capabilities(cuda_version)
+    chosen = defaults if requested is None else [c for c in defaults if c in set(requested)]
+    return sorted(chosen, key=Version)
+
+
+def gencode_flags(capabilities: list[str]) -> list[str]:
+    """nvcc flags: machine code for each capability, plus PTX of the highest."""
+    flags = []
+    for cap in capabilities:
+        sm = cap.replace(".", "")
+        flags.append(f"-gencode=arch=compute_{sm},code=sm_{sm}")
+    if capabilities:
+        top = capabilities[-1].replace(".", "")
+        flags.append(f"-gencode=arch=compute_{top},code=compute_{top}")
+    return flags

@@ -1,0 +1,74 @@
+"""Compiler command lines for a native variant build, and running them.
+
+Pure functions build argv lists; `run_steps` runs independent compiles in
+parallel and the link last. Nothing here knows about variant layouts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BuildError
+
+# Python 3.9's limited API: the .so loads in every CPython >= 3.9 (abi3).
+PY_LIMITED_API = "0x03090000"
+# torch >= 2.10 headers need C++20 (std::strong_ordering).
+CXX_STD = "-std=c++20"
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str  # what the user sees: "compile csrc/img2gray_cuda.cu"
+    argv: list[str]
+    output: Path
+
+
+def cxx_compile(cxx: str, source: Path, output: Path, *, includes: list[Path], defines: list[str],
+                flags: list[str]) -> list[str]:
+    return [cxx, CXX_STD, "-O3", "-fPIC", "-fvisibility=hidden", *flags,
+            *(f"-D{d}" for d in defines), *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(output)]
+
+
+def nvcc_compile(nvcc: Path, cxx: str, source: Path, output: Path, *, includes: list[Path], gencode: list[str],
+                 flags: list[str]) -> list[str]:
+    return [str(nvcc), CXX_STD, "-O3", f"-ccbin={cxx}", "-Xcompiler=-fPIC,-fvisibility=hidden", *gencode, *flags,
+            *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(output)]
+
+
+def link_shared(cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str]) -> list[str]:
+    # No rpath: torch and the CUDA runtime are already loaded by `import torch`
+    # when the loader imports the kernel, and are found by soname.
+    return [cxx, "-shared", *(str(o) for o in objects),
+            *(f"-L{d}" for d in lib_dirs), *(f"-l{lib}" for lib in libs), "-o", str(output)]
+
+
+def run_steps(compiles: list[Step], link: Step, *, cwd: Path, on_done: Callable[[Step], None] = lambda s: None,
+              jobs: int | None = None) -> None:
+    """Run the compiles in parallel, then the link; the first failure raises BuildError."""
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        results = list(pool.map(lambda step: (step, _run(step, cwd)), compiles))
+    for step, failure in results:
+        if failure is not None:
+            raise failure
+        on_done(step)
+    failure = _run(link, cwd)
+    if failure is not None:
+        raise failure
+    on_done(link)
+
+
+def _run(step: Step, cwd: Path) -> BuildError | None:
+    step.output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = subprocess.run(step.argv, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        return BuildError(f"{step.label}: cannot run {step.argv[0]}: {exc.strerror}")
+    if result.returncode != 0:
+        log = f"$ {' '.join(step.argv)}\n{result.stdout}{result.stderr}"
+        first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
+        return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log)
+    return None

@@ -1,0 +1,46 @@
+"""Error classes, each with its own exit code, so that users and CI can tell
+"you wrote a bad file" from "the compiler failed" without reading logs."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1  # an unexpected error (a bug in kernel-matrix)
+    CONFIG = 2  # bad input: build.toml, build_matrix.yaml, arguments
+    NOTHING_TO_DO = 3  # the selection is empty
+    TOOLCHAIN = 4  # torch, nvcc or a compiler is missing or unusable
+    BUILD = 5  # a compiler or linker failed
+    TEST = 6  # a variant's test suite failed
+
+
+class KernelMatrixError(Exception):
+    """An error the user can act on; the CLI prints it as one line."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class ConfigError(KernelMatrixError):
+    exit_code = ExitCode.CONFIG
+
+
+class NothingToDoError(KernelMatrixError):
+    exit_code = ExitCode.NOTHING_TO_DO
+
+
+class ToolchainError(KernelMatrixError):
+    exit_code = ExitCode.TOOLCHAIN
+
+
+class BuildError(KernelMatrixError):
+    exit_code = ExitCode.BUILD
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+class TestFailure(KernelMatrixError):
+    exit_code = ExitCode.TEST

@@ -1,0 +1,43 @@
+"""Run the kernel's own test suite against a built variant, as users get it:
+loaded by the real `kernels` loader in a fresh Python process, never by
+importing the kernel's source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import ConfigError, TestFailure
+from .variant_dir import METADATA
+
+# The kernel's conftest.py reads the variant to load from here.
+VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
+
+
+def resolve_variant_dir(target: str, build_dir: Path) -> Path:
+    """A variant directory, given its path or its name under build_dir."""
+    path = Path(target)
+    candidate = path if path.is_dir() else build_dir / target
+    if not (candidate / METADATA).is_file():
+        raise ConfigError(f"{target}: not a built variant (no {candidate / METADATA}); "
+                          f"run `kernel-matrix build` first or pass a variant directory")
+    try:
+        json.loads((candidate / METADATA).read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{candidate / METADATA}: invalid JSON: {exc}") from None
+    return candidate.resolve()
+
+
+def run_kernel_tests(variant_dir: Path, tests_dir: Path, *, python: str | None = None,
+                     pytest_args: list[str] = ()) -> None:
+    """Run tests_dir with pytest in a fresh interpreter; raise TestFailure if it fails."""
+    env = {**os.environ, VARIANT_ENV: str(variant_dir)}
+    argv = [python or sys.executable, "-m", "pytest", str(tests_dir.resolve()), "-p", "no:cacheprovider",
+            f"--rootdir={tests_dir.resolve()}", *pytest_args]
+    # cwd is the tests folder: nothing of the service or the kernel's sources is importable.
+    code = subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
+    if code != 0:
+        raise TestFailure(f"the test suite of {variant_dir.name} failed (pytest exit {code})")

@@ -1,0 +1,113 @@
+"""The directory a variant is published as (what `kernels` >= 0.14 loads):
+
+    build/<variant>/__init__.py, other torch-ext/<name>/*.py
+                    _ops.py                      (binds the unique op namespace)
+                    _<name>_<backend>_<hash>.abi3.so
+                    metadata.json                (with a sha256 digest of every file)
+                    <name>/__init__.py           (compatibility for older loaders)
+
+A variant is assembled in a staging directory beside its final place and
+renamed into place, so a failed or interrupted build never leaves a partial one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from . import __version__
+from .provenance import GitState
+
+METADATA = "metadata.json"
+# What the digest leaves out, as the kernels loader does.
+_UNHASHED_DIRS = {"__pycache__"}
+_UNHASHED_SUFFIXES = {".pyc"}
+
+
+def render_template(template: str, **values: str) -> str:
+    text = resources.files("kernel_matrix").joinpath(f"templates/{template}").read_text()
+    return Template(text).substitute(values)
+
+
+def write_python_package(variant_dir: Path, package_src: Path, *, name: str, module: str) -> None:
+    """Copy the kernel's Python package and generate _ops.py and the compat folder."""
+    for source in sorted(package_src.rglob("*")):
+        relative = source.relative_to(package_src)
+        if source.is_file() and not (_UNHASHED_DIRS & set(relative.parts)) and source.suffix not in _UNHASHED_SUFFIXES:
+            target = variant_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    (variant_dir / "_ops.py").write_text(render_template("_ops.py", module=module))
+    compat = variant_dir / name
+    compat.mkdir(exist_ok=True)
+    (compat / "__init__.py").write_text(render_template("compat__init__.py", module=module, name=name))
+
+
+def digest_files(variant_dir: Path) -> dict[str, str]:
+    """sha256 (base64) of every file but metadata.json, keyed by relative POSIX path."""
+    digests = {}
+    for path in sorted(variant_dir.rglob("*")):
+        relative = path.relative_to(variant_dir)
+        if (not path.is_file() or relative.as_posix() == METADATA
+                or _UNHASHED_DIRS & set(relative.parts) or path.suffix in _UNHASHED_SUFFIXES):
+            continue
+        digest = hashlib.sha256(path.read_bytes()).digest()
+        digests[relative.as_posix()] = base64.b64encode(digest).decode("ascii")
+    return digests
+
+
+def write_metadata(variant_dir: Path, *, name: str, module: str, version: int, license: str, backend: str,
+                   archs: list[str] | None, kernel_git: GitState | None, python_depends: list[str]) -> dict:
+    metadata = {
+        "name": name,
+        "id": module,
+        "version": version,
+        "license": license,
+        "python-depends": python_depends,
+        "backend": {"type": backend, **({"archs": archs} if archs is not None else {})},
+        "digest": {"algorithm": "sha256", "files": digest_files(variant_dir)},
+        "provenance": {
+            "kernel-builder": {"version": f"kernel-matrix {__version__}"},
+            **({"kernel": {"commit": kernel_git.commit, "dirty": kernel_git.dirty}} if kernel_git else {}),
+        },
+    }
+    (variant_dir / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=False) + "\n")
+    return metadata
+
+
+@contextmanager
+def staged(final: Path) -> Iterator[Path]:
+    """Yield an empty staging directory; on success it replaces `final` whole.
+
+    On any exception (or interrupt) the staging directory is removed and
+    `final`, old or absent, is left as it was.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
+    try:
+        yield stage
+        _replace_dir(stage, final)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    # Directories cannot be renamed over non-empty ones: move the old one aside
+    # first, so that `final` is never a mix of two builds.
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.replace(final, old / final.name)
+    os.replace(new, final)
+    os.chmod(final, 0o755)  # mkdtemp makes 0700 directories
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
