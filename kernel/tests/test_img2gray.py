@@ -192,3 +192,11 @@ def test_runs_on_the_input_device_not_the_current_one(img2gray, cuda_device):
         assert torch.cuda.current_device() == 0
     assert out.device == torch.device("cuda:1")
     assert_bit_exact(out, rgb)
+
+
+def test_the_variant_registers_a_kernel_for_its_backend(img2gray, variant_backend):
+    # Checked through the dispatcher, so it holds on machines without a GPU.
+    op = img2gray.add_op_namespace_prefix("img2gray")
+    expected = {"cpu": {"CPU"}, "cuda": {"CPU", "CUDA"}}[variant_backend]
+    registered = {key for key in ("CPU", "CUDA") if torch._C._dispatch_has_kernel_for_dispatch_key(op, key)}
+    assert registered == expected

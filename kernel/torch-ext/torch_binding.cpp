@@ -8,7 +8,7 @@
 #include "img2gray_cpu.h"
 #include "registration.h"
 
-#ifdef IMG2GRAY_WITH_CUDA
+#if defined(CUDA_KERNEL)
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -76,7 +76,7 @@ void img2gray_cpu_op(const at::Tensor& input, at::Tensor& output) {
   });
 }
 
-#ifdef IMG2GRAY_WITH_CUDA
+#if defined(CUDA_KERNEL)
 void img2gray_cuda_op(const at::Tensor& input, at::Tensor& output) {
   // The dispatcher picks this kernel when any argument is on CUDA, so the
   // device check must come before the guard, which needs a CUDA device.
@@ -92,7 +92,7 @@ void img2gray_cuda_op(const at::Tensor& input, at::Tensor& output) {
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("img2gray(Tensor input, Tensor! output) -> ()");
   ops.impl("img2gray", c10::kCPU, &img2gray_cpu_op);
-#ifdef IMG2GRAY_WITH_CUDA
+#if defined(CUDA_KERNEL)
   ops.impl("img2gray", c10::kCUDA, &img2gray_cuda_op);
 #endif
 }

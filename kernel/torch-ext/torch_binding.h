@@ -6,6 +6,6 @@
 // Checks dtypes, shapes and devices, accepts non-contiguous tensors, and runs
 // on the input's device and that device's current stream.
 void img2gray_cpu_op(const at::Tensor& input, at::Tensor& output);
-#ifdef IMG2GRAY_WITH_CUDA
+#if defined(CUDA_KERNEL)
 void img2gray_cuda_op(const at::Tensor& input, at::Tensor& output);
 #endif
