@@ -3,6 +3,7 @@ developer can run locally; errors are one line on stderr and a distinct exit cod
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +20,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console(stderr=True)
+# CI logs are wider than rich's 80-column default for non-terminals.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 KernelDir = Annotated[Path, typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (build.toml).")]
 BuildDir = Annotated[Path, typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.")]
@@ -60,11 +62,11 @@ def build(
                 log_path.write_text(log)
                 exc.args = (f"{exc.args[0]} (full log: {log_path})",)
             raise
-    table = Table(title="built", show_edge=False)
-    for column in ("variant", "op namespace", "directory", "seconds"):
-        table.add_column(column)
-    table.add_row(plan.variant.name, plan.module, str(variant_dir), f"{time.monotonic() - started:.1f}")
-    console.print(table)
+    summary = Table.grid(padding=(0, 2))
+    for key, value in [("variant", plan.variant.name), ("op namespace", plan.module),
+                       ("directory", str(variant_dir)), ("seconds", f"{time.monotonic() - started:.1f}")]:
+        summary.add_row(f"[bold]{key}[/]", value)
+    console.print(summary)
 
 
 @app.command()
@@ -83,6 +85,35 @@ def test(
     variant_dir = resolve_variant_dir(variant, build_dir)
     run_kernel_tests(variant_dir, kernel_dir / "tests", python=python, pytest_args=pytest_args or [])
     console.print(f"[green]passed[/] {variant_dir.name}")
+
+
+@app.command("check-abi")
+def check_abi(
+    variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
+    build_dir: BuildDir = Path("build"),
+    python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = "3.9",
+    manylinux: Annotated[
+        str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
+    ] = "manylinux_2_28",
+) -> None:
+    """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
+    from .abi import check_library, variant_libraries
+    from .errors import AbiError
+    from .testing import resolve_variant_dir
+
+    variant_dir = resolve_variant_dir(variant, build_dir)
+    reports = [check_library(lib, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
+               for lib in variant_libraries(variant_dir)]
+    table = Table(title=f"ABI of {variant_dir.name}", show_edge=False)
+    for column in ("library", f"abi3 (Python {python_abi})", manylinux):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        table.add_row(report.library.name, "\n".join(report.abi3_violations) or "[green]ok[/]",
+                      "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"))
+    console.print(table)
+    failed = [r.library.name for r in reports if not r.ok]
+    if failed:
+        raise AbiError(f"{variant_dir.name}: {', '.join(failed)} breaks the ABI rules above")
 
 
 def main() -> None:

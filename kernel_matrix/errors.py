@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     TOOLCHAIN = 4  # torch, nvcc or a compiler is missing or unusable
     BUILD = 5  # a compiler or linker failed
     TEST = 6  # a variant's test suite failed
+    ABI = 7  # a library breaks the abi3 or manylinux rules
 
 
 class KernelMatrixError(Exception):
@@ -44,3 +45,7 @@ class BuildError(KernelMatrixError):
 
 class TestFailure(KernelMatrixError):
     exit_code = ExitCode.TEST
+
+
+class AbiError(KernelMatrixError):
+    exit_code = ExitCode.ABI

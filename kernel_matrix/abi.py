@@ -1,0 +1,53 @@
+"""ABI checks of a built extension with kernel-abi-check (the checker
+kernel-builder uses): Python's limited API, and manylinux symbol versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kernel_abi_check
+
+from .errors import ConfigError
+
+# abi3 for every CPython >= 3.9, as the variant's .abi3.so name promises.
+PYTHON_ABI = "3.9"
+MANYLINUX = "manylinux_2_28"
+
+
+@dataclass(frozen=True)
+class AbiReport:
+    library: Path
+    python_abi: str
+    manylinux: str | None
+    abi3_violations: list[str] = field(default_factory=list)
+    manylinux_violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.abi3_violations and not self.manylinux_violations
+
+
+def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX) -> AbiReport:
+    try:
+        obj = kernel_abi_check.ObjectFile(str(library))
+        abi3 = [_describe(v) for v in obj.check_python_abi(python_abi)]
+        linux = [_describe(v) for v in obj.check_manylinux(manylinux)] if manylinux else []
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{library}: cannot check the ABI: {exc}") from None
+    return AbiReport(library, python_abi, manylinux, abi3, linux)
+
+
+def variant_libraries(variant_dir: Path) -> list[Path]:
+    libraries = sorted(variant_dir.glob("*.so"))
+    if not libraries:
+        raise ConfigError(f"{variant_dir}: no .so to check")
+    return libraries
+
+
+def _describe(violation: object) -> str:
+    name = getattr(violation, "name", None)
+    dep, version = getattr(violation, "dep", None), getattr(violation, "version", None)
+    if name and dep and version:
+        return f"{name} needs {dep} {version}"
+    return str(violation)

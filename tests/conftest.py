@@ -1,0 +1,42 @@
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+KERNEL_DIR = REPO / "kernel"
+
+
+def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run the real CLI in a fresh process, as CI and users do."""
+    result = subprocess.run([sys.executable, "-m", "kernel_matrix", *args], cwd=cwd, capture_output=True,
+                            text=True, check=False, **kwargs)
+    if check and result.returncode != 0:
+        pytest.fail(f"kernel-matrix {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+    return result
+
+
+def variant_backend(variant_dir: Path) -> str:
+    return json.loads((variant_dir / "metadata.json").read_text())["backend"]["type"]
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """This host's variants, built once per session by the real CLI: the default
+    one (cuda, given a CUDA torch and nvcc) and the cpu one. {backend: variant dir}."""
+    build_dir = tmp_path_factory.mktemp("variants") / "build"
+    kernel_matrix("build", "--build-dir", str(build_dir), check=True)
+    if all(variant_backend(d) != "cpu" for d in build_dir.iterdir()):
+        kernel_matrix("build", "--build-dir", str(build_dir), "--backend", "cpu", check=True)
+    return {variant_backend(d): d for d in build_dir.iterdir()}
+
+
+@pytest.fixture
+def kernel_copy(tmp_path) -> Path:
+    """A scratch copy of the kernel, for tests that break it."""
+    copy = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy

@@ -1,0 +1,36 @@
+"""The kernel's own test suite, run by `kernel-matrix test` against each built
+variant: loaded by the real `kernels` loader in a fresh process."""
+
+import pytest
+from conftest import kernel_matrix
+
+pytestmark = pytest.mark.build
+
+
+@pytest.mark.parametrize("backend", ["cuda", "cpu"])
+def test_kernel_suite_passes_against_the_built_variant(built, backend):
+    if backend not in built:
+        pytest.skip(f"no {backend} variant can be built on this machine")
+    result = kernel_matrix("test", str(built[backend]), "--pytest-arg=-q", "--pytest-arg=-p",
+                           "--pytest-arg=no:randomly")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary
+    # The exhaustive bit-exact check really ran on the CPU.
+    assert "test_every_rgb_triple_matches_the_reference_bit_for_bit[cpu] SKIPPED" not in result.stdout
+
+
+def test_a_failing_suite_is_reported_with_its_exit_code(built, tmp_path):
+    variant = next(iter(built.values()))
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_fails.py").write_text("def test_fails():\n    assert False\n")
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(tmp_path))
+    assert result.returncode == 6
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: the test suite of {variant.name} failed")
+
+
+def test_an_unknown_variant_is_one_clear_line(tmp_path):
+    result = kernel_matrix("test", "torch999-cxx11-cpu-x86_64-linux", "--build-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "not a built variant" in result.stderr

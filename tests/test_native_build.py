@@ -1,0 +1,151 @@
+"""The native build of this host's variants: layout, metadata, ABI, atomicity."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import KERNEL_DIR, REPO, kernel_matrix
+from kernels._rust import Digest, DigestAlgorithm, Metadata
+from kernels.variants import parse_variant
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(params=["cuda", "cpu"])
+def variant(request, built):
+    if request.param not in built:
+        pytest.skip(f"no {request.param} variant can be built on this machine")
+    return built[request.param]
+
+
+def test_variant_directory_has_exactly_the_loader_layout(variant):
+    metadata = json.loads((variant / "metadata.json").read_text())
+    module = metadata["id"]
+    assert re.fullmatch(rf"_img2gray_{metadata['backend']['type']}_[0-9a-f]{{7}}", module)
+    files = sorted(p.relative_to(variant).as_posix() for p in variant.rglob("*") if p.is_file())
+    assert files == sorted(["__init__.py", "_ops.py", f"{module}.abi3.so", "metadata.json", "img2gray/__init__.py"])
+    assert f"torch.ops.{module}" in (variant / "_ops.py").read_text()
+    # The kernel's Python package ships verbatim.
+    assert (variant / "__init__.py").read_bytes() == (KERNEL_DIR / "torch-ext/img2gray/__init__.py").read_bytes()
+    assert parse_variant(variant.name).variant_str == variant.name
+
+
+def test_metadata_parses_with_the_loader_and_its_digest_holds(variant):
+    metadata = Metadata.read_from_file(variant / "metadata.json")
+    assert str(metadata.name) == "img2gray" and metadata.version == 1 and metadata.license == "Apache-2.0"
+    assert metadata.python_depends == []
+    metadata.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant))  # raises on any mismatch
+    raw = json.loads((variant / "metadata.json").read_text())
+    if raw["backend"]["type"] == "cuda":
+        assert "9.0" in metadata.backend.archs and "7.0" not in metadata.backend.archs  # CUDA 13 dropped 7.0
+    else:
+        assert metadata.backend.archs is None
+
+
+def test_provenance_records_the_git_commit(variant):
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    provenance = Metadata.read_from_file(variant / "metadata.json").provenance
+    assert provenance.kernel.commit == head.stdout.strip()
+    assert provenance.kernel_builder.version.startswith("kernel-matrix ")
+
+
+def test_a_tampered_file_fails_the_digest(variant, tmp_path):
+    import shutil
+
+    copy = tmp_path / variant.name
+    shutil.copytree(variant, copy)
+    (copy / "_ops.py").write_text((copy / "_ops.py").read_text() + "\n# tampered\n")
+    metadata = Metadata.read_from_file(copy / "metadata.json")
+    with pytest.raises(Exception, match="_ops.py"):
+        metadata.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, copy))
+
+
+def test_compatibility_folder_imports_for_older_loaders(variant):
+    code = (f"import sys; sys.path.insert(0, {str(variant)!r}); import torch, img2gray; "
+            "x = torch.full((2, 2, 3), 7, dtype=torch.uint8); print(img2gray.img2gray(x).tolist())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=variant.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[[7, 7], [7, 7]]"
+
+
+def test_abi3_compliant_for_python_3_9(variant):
+    from kernel_matrix.abi import check_library, variant_libraries
+
+    for library in variant_libraries(variant):
+        report = check_library(library)
+        assert report.abi3_violations == []
+        # manylinux_2_28 depends on the host's glibc: a native build on glibc >= 2.32
+        # may reference newer symbols (the container builds fix that). Whatever is
+        # reported must name a glibc/libstdc++ symbol version.
+        assert all(re.search(r"needs (GLIBC|GLIBCXX|CXXABI|GCC) ", v) for v in report.manylinux_violations)
+
+
+def test_check_abi_command_fails_on_violations_only(variant):
+    result = kernel_matrix("check-abi", str(variant), "--manylinux", "none")
+    assert result.returncode == 0, result.stderr
+    strict = kernel_matrix("check-abi", str(variant))
+    assert strict.returncode in (0, 7)
+    assert (strict.returncode == 7) == ("GLIBC" in strict.stderr)
+
+
+def test_rebuilding_unchanged_sources_gives_the_same_namespace(built, tmp_path):
+    variant = built.get("cpu")
+    kernel_matrix("build", "--backend", "cpu", "--build-dir", str(tmp_path), check=True)
+    again = json.loads((tmp_path / variant.name / "metadata.json").read_text())
+    assert again["id"] == json.loads((variant / "metadata.json").read_text())["id"]
+
+
+def test_changed_sources_give_a_new_namespace(built, kernel_copy, tmp_path):
+    variant = built["cpu"]
+    cpp = kernel_copy / "csrc" / "img2gray_cpu.cpp"
+    cpp.write_text(cpp.read_text() + "\n// a change\n")
+    kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path),
+                  check=True)
+    rebuilt = json.loads((tmp_path / variant.name / "metadata.json").read_text())
+    assert rebuilt["id"] != json.loads((variant / "metadata.json").read_text())["id"]
+
+
+def _snapshot(directory):
+    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(built, kernel_copy, tmp_path):
+    import shutil
+
+    previous = built["cpu"]
+    build_dir = tmp_path / "build"
+    shutil.copytree(previous, build_dir / previous.name)
+    before = _snapshot(build_dir / previous.name)
+    cpp = kernel_copy / "csrc" / "img2gray_cpu.cpp"
+    cpp.write_text(cpp.read_text() + "\nthis is not C++;\n")
+    result = kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir",
+                           str(build_dir))
+    assert result.returncode == 5, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: compile csrc/img2gray_cpu.cpp failed")
+    assert "Traceback" not in result.stderr
+    assert _snapshot(build_dir / previous.name) == before
+    assert sorted(p.name for p in build_dir.iterdir()) == sorted(["logs", previous.name])
+    assert "this is not C++" in (build_dir / "logs" / f"{previous.name}.log").read_text()
+
+
+def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
+    build_dir = tmp_path / "build"
+    process = subprocess.Popen([sys.executable, "-m", "kernel_matrix", "build", "--backend", "cpu",
+                                "--build-dir", str(build_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (build_dir.exists() and any(build_dir.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(p.name.startswith(".") for p in build_dir.iterdir()), "the build never started staging"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert list(build_dir.iterdir()) == []
+
