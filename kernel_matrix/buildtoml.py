@@ -5,6 +5,7 @@ something else."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Literal
@@ -99,8 +100,10 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line, col = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
-        message = getattr(exc, "msg", str(exc))
+        # Python < 3.14 keeps the position only in the message text.
+        position = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line, col = (int(position.group(1)), int(position.group(2))) if position else (1, 1)
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
     try:
         config = BuildConfig.model_validate(raw)

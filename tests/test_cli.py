@@ -1,0 +1,38 @@
+"""The command line: help everywhere, distinct exit codes, one-line errors."""
+
+import pytest
+from conftest import kernel_matrix
+
+from kernel_matrix.errors import ExitCode
+
+COMMANDS = ["build", "test", "check-abi"]
+
+
+def test_top_level_help_lists_every_command():
+    result = kernel_matrix("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    result = kernel_matrix(command, "--help")
+    assert result.returncode == 0 and "Usage:" in result.stdout
+
+
+def test_exit_codes_are_distinct():
+    codes = [code.value for code in ExitCode]
+    assert len(codes) == len(set(codes))
+
+
+def test_a_missing_torch_is_a_toolchain_error(tmp_path):
+    import sys
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    result = kernel_matrix("build", "--python", str(bare / "bin" / "python"), "--build-dir", str(tmp_path / "b"))
+    assert result.returncode == ExitCode.TOOLCHAIN, result.stderr
+    assert "torch is not installed for" in result.stderr and result.stderr.count("\n") == 1
+    assert sys.executable  # the suite's own interpreter is untouched

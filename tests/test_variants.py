@@ -1,0 +1,65 @@
+"""Variant names and CUDA capabilities: every name we produce parses with the
+real loader's kernels.variants.parse_variant and means what we meant."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kernels.variants import parse_variant
+
+from kernel_matrix.capabilities import default_capabilities, gencode_flags, select_capabilities
+from kernel_matrix.variants import CPU_ARCHS, Variant, torch_minor
+
+torch_versions = st.builds(lambda minor: f"2.{minor}", st.integers(min_value=0, max_value=40))
+cuda_versions = st.builds(lambda major, minor: f"{major}.{minor}", st.integers(11, 14), st.integers(0, 9))
+variants = st.one_of(
+    st.builds(lambda t, c, a: Variant(torch=t, backend="cuda", cuda=c, arch=a), torch_versions, cuda_versions,
+              st.sampled_from(CPU_ARCHS)),
+    st.builds(lambda t, a: Variant(torch=t, backend="cpu", cuda=None, arch=a), torch_versions,
+              st.sampled_from(CPU_ARCHS)),
+)
+
+
+@given(variants)
+def test_every_variant_name_parses_with_the_loader_and_round_trips(variant):
+    parsed = parse_variant(variant.name)
+    assert parsed.variant_str == variant.name
+    framework = parsed.framework
+    assert framework.cxx11_abi
+    assert (framework.version.major, framework.version.minor) == tuple(int(p) for p in variant.torch.split("."))
+    assert parsed.arch.platform == variant.arch and parsed.arch.os == "linux"
+    assert parsed.arch.backend.variant_str == variant.compute
+
+
+def test_known_names():
+    assert Variant("2.11", "cuda", "13.0", "x86_64").name == "torch211-cxx11-cu130-x86_64-linux"
+    assert Variant("2.14", "cpu", None, "aarch64").name == "torch214-cxx11-cpu-aarch64-linux"
+    assert torch_minor("2.14.1+cu130") == "2.14"
+
+
+def test_inconsistent_variants_are_refused():
+    with pytest.raises(ValueError):
+        Variant("2.14", "cuda", None, "x86_64")
+    with pytest.raises(ValueError):
+        Variant("2.14", "cpu", "13.0", "x86_64")
+    with pytest.raises(ValueError):
+        Variant("2.14", "cpu", None, "riscv64")
+
+
+def test_capabilities_are_intersected_with_the_cuda_defaults():
+    assert "7.0" not in default_capabilities("13.0") and "12.1" in default_capabilities("13.2")
+    assert "7.0" in default_capabilities("12.8") and "10.1" in default_capabilities("12.9")
+    assert default_capabilities("12.6")[-1] == "9.0"
+    assert select_capabilities(["7.0", "9.0", "8.0"], "13.0") == ["8.0", "9.0"]
+    assert select_capabilities(["7.0"], "13.0") == []
+    assert select_capabilities(None, "12.6") == default_capabilities("12.6")
+    assert select_capabilities(["12.0", "10.0", "9.0"], "13.0") == ["9.0", "10.0", "12.0"]  # numeric order
+
+
+def test_gencode_embeds_ptx_for_the_highest_capability_only():
+    flags = gencode_flags(["8.0", "9.0", "10.0"])
+    assert flags == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_100,code=sm_100",
+        "-gencode=arch=compute_100,code=compute_100",
+    ]
