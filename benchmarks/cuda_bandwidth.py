@@ -45,8 +45,8 @@ def main() -> None:
         src = torch.empty(4 * h * w // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         nbytes = 4 * h * w
-        kernel_ms = median_ms(lambda: img2gray.img2gray(rgb, out=out))
-        copy_ms = median_ms(lambda: dst.copy_(src))  # reads + writes the same byte count
+        kernel_ms = median_ms(lambda rgb=rgb, out=out: img2gray.img2gray(rgb, out=out))
+        copy_ms = median_ms(lambda dst=dst, src=src: dst.copy_(src))  # reads + writes the same byte count
         kernel_gbs, copy_gbs = nbytes / kernel_ms / 1e6, nbytes / copy_ms / 1e6
         rows.append(f"| {h}x{w} | {kernel_gbs:.0f} | {copy_gbs:.0f} | {kernel_gbs / copy_gbs:.2f} |")
     table = "\n".join([f"{torch.cuda.get_device_name()} - {variant.name}", "", *rows])

@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ExitCode, KernelMatrixError
+from .errors import KernelMatrixError
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -26,7 +26,7 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 KernelDir = Annotated[Path, typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (build.toml).")]
 BuildDir = Annotated[Path, typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.")]
 Python = Annotated[
-    Optional[str], typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
+    str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
 ]
 
 
@@ -36,18 +36,21 @@ def build(
     build_dir: BuildDir = Path("build"),
     python: Python = None,
     backend: Annotated[
-        Optional[str], typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
+        str | None, typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
     ] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", help="Parallel compiles (default: all cores).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compiles (default: all cores).")] = None,
 ) -> None:
     """Build this host's variant natively: the installed torch, the host's nvcc and C++ compiler."""
     from .native_build import build_variant, plan_build
 
     plan = plan_build(kernel_dir, python=python, backend=backend)
-    console.print(f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
-                  + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else ""))
+    console.print(
+        f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
+        + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
+    )
     started = time.monotonic()
     with console.status(f"building {plan.variant.name}") as status:
+
         def report(step):
             console.print(f"  [green]done[/] {step.label}")
             status.update(f"building {plan.variant.name}")
@@ -63,25 +66,37 @@ def build(
                 exc.args = (f"{exc.args[0]} (full log: {log_path})",)
             raise
     summary = Table.grid(padding=(0, 2))
-    for key, value in [("variant", plan.variant.name), ("op namespace", plan.module),
-                       ("directory", str(variant_dir)), ("seconds", f"{time.monotonic() - started:.1f}")]:
+    for key, value in [
+        ("variant", plan.variant.name),
+        ("op namespace", plan.module),
+        ("directory", str(variant_dir)),
+        ("seconds", f"{time.monotonic() - started:.1f}"),
+    ]:
         summary.add_row(f"[bold]{key}[/]", value)
     console.print(summary)
 
 
 @app.command()
 def test(
-    variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
+    variant: Annotated[
+        str | None,
+        typer.Argument(help="A variant directory, or a variant name under --build-dir (default: this host's)."),
+    ] = None,
     kernel_dir: KernelDir = Path("kernel"),
     build_dir: BuildDir = Path("build"),
     python: Python = None,
+    backend: Annotated[str | None, typer.Option(help="With no VARIANT: cuda or cpu, as for build.")] = None,
     pytest_args: Annotated[
-        Optional[list[str]], typer.Option("--pytest-arg", help="Extra pytest argument (repeatable).")
+        list[str] | None, typer.Option("--pytest-arg", help="Extra pytest argument (repeatable).")
     ] = None,
 ) -> None:
     """Run the kernel's tests against a built variant, loaded by `kernels` in a fresh process."""
     from .testing import resolve_variant_dir, run_kernel_tests
 
+    if variant is None:
+        from .native_build import plan_build
+
+        variant = plan_build(kernel_dir, python=python, backend=backend).variant.name
     variant_dir = resolve_variant_dir(variant, build_dir)
     run_kernel_tests(variant_dir, kernel_dir / "tests", python=python, pytest_args=pytest_args or [])
     console.print(f"[green]passed[/] {variant_dir.name}")
@@ -102,14 +117,19 @@ def check_abi(
     from .testing import resolve_variant_dir
 
     variant_dir = resolve_variant_dir(variant, build_dir)
-    reports = [check_library(lib, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
-               for lib in variant_libraries(variant_dir)]
+    reports = [
+        check_library(lib, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
+        for lib in variant_libraries(variant_dir)
+    ]
     table = Table(title=f"ABI of {variant_dir.name}", show_edge=False)
     for column in ("library", f"abi3 (Python {python_abi})", manylinux):
         table.add_column(column, overflow="fold")
     for report in reports:
-        table.add_row(report.library.name, "\n".join(report.abi3_violations) or "[green]ok[/]",
-                      "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"))
+        table.add_row(
+            report.library.name,
+            "\n".join(report.abi3_violations) or "[green]ok[/]",
+            "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"),
+        )
     console.print(table)
     failed = [r.library.name for r in reports if not r.ok]
     if failed:

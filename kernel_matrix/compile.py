@@ -27,27 +27,66 @@ class Step:
     output: Path
 
 
-def cxx_compile(cxx: str, source: Path, output: Path, *, includes: list[Path], defines: list[str],
-                flags: list[str]) -> list[str]:
-    return [cxx, CXX_STD, "-O3", "-fPIC", "-fvisibility=hidden", *flags,
-            *(f"-D{d}" for d in defines), *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(output)]
+def cxx_compile(
+    cxx: str, source: Path, output: Path, *, includes: list[Path], defines: list[str], flags: list[str]
+) -> list[str]:
+    return [
+        cxx,
+        CXX_STD,
+        "-O3",
+        "-fPIC",
+        "-fvisibility=hidden",
+        *flags,
+        *(f"-D{d}" for d in defines),
+        *(f"-I{i}" for i in includes),
+        "-c",
+        str(source),
+        "-o",
+        str(output),
+    ]
 
 
-def nvcc_compile(nvcc: Path, cxx: str, source: Path, output: Path, *, includes: list[Path], gencode: list[str],
-                 flags: list[str]) -> list[str]:
-    return [str(nvcc), CXX_STD, "-O3", f"-ccbin={cxx}", "-Xcompiler=-fPIC,-fvisibility=hidden", *gencode, *flags,
-            *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(output)]
+def nvcc_compile(
+    nvcc: Path, cxx: str, source: Path, output: Path, *, includes: list[Path], gencode: list[str], flags: list[str]
+) -> list[str]:
+    return [
+        str(nvcc),
+        CXX_STD,
+        "-O3",
+        f"-ccbin={cxx}",
+        "-Xcompiler=-fPIC,-fvisibility=hidden",
+        *gencode,
+        *flags,
+        *(f"-I{i}" for i in includes),
+        "-c",
+        str(source),
+        "-o",
+        str(output),
+    ]
 
 
 def link_shared(cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str]) -> list[str]:
     # No rpath: torch and the CUDA runtime are already loaded by `import torch`
     # when the loader imports the kernel, and are found by soname.
-    return [cxx, "-shared", *(str(o) for o in objects),
-            *(f"-L{d}" for d in lib_dirs), *(f"-l{lib}" for lib in libs), "-o", str(output)]
+    return [
+        cxx,
+        "-shared",
+        *(str(o) for o in objects),
+        *(f"-L{d}" for d in lib_dirs),
+        *(f"-l{lib}" for lib in libs),
+        "-o",
+        str(output),
+    ]
 
 
-def run_steps(compiles: list[Step], link: Step, *, cwd: Path, on_done: Callable[[Step], None] = lambda s: None,
-              jobs: int | None = None) -> None:
+def run_steps(
+    compiles: list[Step],
+    link: Step,
+    *,
+    cwd: Path,
+    on_done: Callable[[Step], None] = lambda s: None,
+    jobs: int | None = None,
+) -> None:
     """Run the compiles in parallel, then the link; the first failure raises BuildError."""
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         results = list(pool.map(lambda step: (step, _run(step, cwd)), compiles))

@@ -55,8 +55,12 @@ class BuildPlan:
 
     def source_hash(self) -> str:
         digest = hashlib.sha256()
-        digest.update(json.dumps([self.variant.name, self.torch.version, self.capabilities,
-                                  self.config.model_dump(mode="json")], sort_keys=True).encode())
+        digest.update(
+            json.dumps(
+                [self.variant.name, self.torch.version, self.capabilities, self.config.model_dump(mode="json")],
+                sort_keys=True,
+            ).encode()
+        )
         for file in self.source_files():
             digest.update(file.encode() + b"\0" + (self.kernel_dir / file).read_bytes() + b"\0")
         return digest.hexdigest()
@@ -68,33 +72,52 @@ def plan_build(kernel_dir: Path, *, python: str | None = None, backend: str | No
     torch = probe_torch(python)
     nvcc = find_nvcc()
     if backend is None:
-        backend = "cuda" if torch.cuda and "cuda" in config.general.backends else "cpu"
+        # The CUDA variant when it can be built here; otherwise the CPU one.
+        can_build_cuda = torch.cuda and nvcc is not None and "cuda" in config.general.backends
+        backend = "cuda" if can_build_cuda else "cpu"
     if backend not in config.general.backends:
-        raise ConfigError(f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends "
-                          f"{config.general.backends}")
+        raise ConfigError(
+            f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends {config.general.backends}"
+        )
     if backend == "cuda":
         if not torch.cuda:
-            raise ToolchainError(f"torch {torch.version} ({torch.python}) is a CPU build: a CUDA variant "
-                                 "needs a CUDA build of torch (or build with --backend cpu)")
+            raise ToolchainError(
+                f"torch {torch.version} ({torch.python}) is a CPU build: a CUDA variant "
+                "needs a CUDA build of torch (or build with --backend cpu)"
+            )
         if nvcc is None:
             raise ToolchainError("nvcc not found (set CUDA_HOME or put nvcc on PATH), or build with --backend cpu")
         if nvcc.version.split(".")[0] != torch.cuda.split(".")[0]:
-            raise ToolchainError(f"nvcc {nvcc.version} cannot build for torch {torch.version}: "
-                                 f"the CUDA major versions differ (torch was built with CUDA {torch.cuda})")
+            raise ToolchainError(
+                f"nvcc {nvcc.version} cannot build for torch {torch.version}: "
+                f"the CUDA major versions differ (torch was built with CUDA {torch.cuda})"
+            )
     elif backend != "cpu":
         raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
     cuda = torch.cuda if backend == "cuda" else None
     variant = Variant(torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch())
     capabilities: list[str] = []
     if backend == "cuda":
-        requested = [cap for k in config.kernels_for("cuda").values() if k.backend == "cuda"
-                     for cap in (k.cuda_capabilities or [])] or None
+        requested = [
+            cap
+            for k in config.kernels_for("cuda").values()
+            if k.backend == "cuda"
+            for cap in (k.cuda_capabilities or [])
+        ] or None
         capabilities = select_capabilities(requested, cuda)
         if not capabilities:
-            raise ConfigError(f"{kernel_dir / 'build.toml'}: none of cuda-capabilities {requested} "
-                              f"can be built with CUDA {cuda}")
-    return BuildPlan(config=config, kernel_dir=kernel_dir, variant=variant, torch=torch,
-                     nvcc=nvcc if backend == "cuda" else None, cxx=find_cxx(), capabilities=capabilities)
+            raise ConfigError(
+                f"{kernel_dir / 'build.toml'}: none of cuda-capabilities {requested} can be built with CUDA {cuda}"
+            )
+    return BuildPlan(
+        config=config,
+        kernel_dir=kernel_dir,
+        variant=variant,
+        torch=torch,
+        nvcc=nvcc if backend == "cuda" else None,
+        cxx=find_cxx(),
+        capabilities=capabilities,
+    )
 
 
 def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step], Step]:
@@ -116,28 +139,55 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
             output = work / "obj" / name / (Path(src).name + ".o")
             if source.suffix in _CUDA_SUFFIXES:
                 assert plan.nvcc is not None
-                argv = nvcc_compile(plan.nvcc.path, plan.cxx, source, output, includes=[source.parent, *includes],
-                                    gencode=gencode_flags(plan.capabilities),
-                                    flags=[*kernel.cuda_flags, *(f"-Xcompiler={f}" for f in kernel.cxx_flags)])
+                argv = nvcc_compile(
+                    plan.nvcc.path,
+                    plan.cxx,
+                    source,
+                    output,
+                    includes=[source.parent, *includes],
+                    gencode=gencode_flags(plan.capabilities),
+                    flags=[*kernel.cuda_flags, *(f"-Xcompiler={f}" for f in kernel.cxx_flags)],
+                )
             elif source.suffix in _CXX_SUFFIXES:
-                argv = cxx_compile(plan.cxx, source, output, includes=[source.parent, *includes],
-                                   defines=[backend_define], flags=kernel.cxx_flags)
+                argv = cxx_compile(
+                    plan.cxx,
+                    source,
+                    output,
+                    includes=[source.parent, *includes],
+                    defines=[backend_define],
+                    flags=kernel.cxx_flags,
+                )
             else:
                 continue  # headers
             compiles.append(Step(f"compile {src}", argv, output))
 
-    torch_includes = [*include_dirs, generated, *plan.torch.include_dirs, plan.torch.python_include,
-                      *(kernel_dir / d for d in config.torch.include)]
+    torch_includes = [
+        *include_dirs,
+        generated,
+        *plan.torch.include_dirs,
+        plan.torch.python_include,
+        *(kernel_dir / d for d in config.torch.include),
+    ]
     if plan.nvcc is not None:
         torch_includes.append(plan.nvcc.cuda_home / "include")
-    defines = [backend_define, f"TORCH_EXTENSION_NAME={plan.module}", f"Py_LIMITED_API={PY_LIMITED_API}",
-               "_GLIBCXX_USE_CXX11_ABI=1"]
+    defines = [
+        backend_define,
+        f"TORCH_EXTENSION_NAME={plan.module}",
+        f"Py_LIMITED_API={PY_LIMITED_API}",
+        "_GLIBCXX_USE_CXX11_ABI=1",
+    ]
     for src in config.torch.src:
         source = kernel_dir / src
         if source.suffix in _CXX_SUFFIXES:
             output = work / "obj" / "torch" / (source.name + ".o")
-            argv = cxx_compile(plan.cxx, source, output, includes=[source.parent, *torch_includes],
-                               defines=defines, flags=config.torch.cxx_flags)
+            argv = cxx_compile(
+                plan.cxx,
+                source,
+                output,
+                includes=[source.parent, *torch_includes],
+                defines=defines,
+                flags=config.torch.cxx_flags,
+            )
             compiles.append(Step(f"compile {src}", argv, output))
 
     libs = ["c10", "torch", "torch_cpu"]
@@ -145,13 +195,17 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
     if plan.nvcc is not None:
         libs += ["c10_cuda", "torch_cuda", "cudart"]
         lib_dirs.append(plan.nvcc.cuda_home / "lib64")
-    link = Step(f"link {so_path.name}", link_shared(plan.cxx, [s.output for s in compiles], so_path,
-                                                   lib_dirs=lib_dirs, libs=libs), so_path)
+    link = Step(
+        f"link {so_path.name}",
+        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs),
+        so_path,
+    )
     return compiles, link
 
 
-def build_variant(plan: BuildPlan, out_dir: Path, *, on_step: Callable[[Step], None] = lambda s: None,
-                  jobs: int | None = None) -> Path:
+def build_variant(
+    plan: BuildPlan, out_dir: Path, *, on_step: Callable[[Step], None] = lambda s: None, jobs: int | None = None
+) -> Path:
     """Build plan's variant into out_dir/<variant>/, atomically; returns that directory."""
     final = out_dir.resolve() / plan.variant.name
     general = plan.config.general
@@ -161,11 +215,18 @@ def build_variant(plan: BuildPlan, out_dir: Path, *, on_step: Callable[[Step], N
         compiles, link = build_steps(plan, work, so_path)
         run_steps(compiles, link, cwd=plan.kernel_dir, on_done=on_step, jobs=jobs)
         shutil.rmtree(work)
-        write_python_package(stage, plan.kernel_dir / "torch-ext" / general.python_name,
-                             name=general.python_name, module=plan.module)
-        write_metadata(stage, name=general.name, module=plan.module, version=general.version,
-                       license=general.license, backend=plan.backend,
-                       archs=plan.capabilities if plan.backend == "cuda" else None,
-                       kernel_git=git_state(plan.kernel_dir), python_depends=[])
+        write_python_package(
+            stage, plan.kernel_dir / "torch-ext" / general.python_name, name=general.python_name, module=plan.module
+        )
+        write_metadata(
+            stage,
+            name=general.name,
+            module=plan.module,
+            version=general.version,
+            license=general.license,
+            backend=plan.backend,
+            archs=plan.capabilities if plan.backend == "cuda" else None,
+            kernel_git=git_state(plan.kernel_dir),
+            python_depends=[],
+        )
     return final
-

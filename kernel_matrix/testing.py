@@ -22,8 +22,10 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     path = Path(target)
     candidate = path if path.is_dir() else build_dir / target
     if not (candidate / METADATA).is_file():
-        raise ConfigError(f"{target}: not a built variant (no {candidate / METADATA}); "
-                          f"run `kernel-matrix build` first or pass a variant directory")
+        raise ConfigError(
+            f"{target}: not a built variant (no {candidate / METADATA}); "
+            f"run `kernel-matrix build` first or pass a variant directory"
+        )
     try:
         json.loads((candidate / METADATA).read_text())
     except ValueError as exc:
@@ -31,12 +33,21 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     return candidate.resolve()
 
 
-def run_kernel_tests(variant_dir: Path, tests_dir: Path, *, python: str | None = None,
-                     pytest_args: list[str] = ()) -> None:
+def run_kernel_tests(
+    variant_dir: Path, tests_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
+) -> None:
     """Run tests_dir with pytest in a fresh interpreter; raise TestFailure if it fails."""
     env = {**os.environ, VARIANT_ENV: str(variant_dir)}
-    argv = [python or sys.executable, "-m", "pytest", str(tests_dir.resolve()), "-p", "no:cacheprovider",
-            f"--rootdir={tests_dir.resolve()}", *pytest_args]
+    argv = [
+        python or sys.executable,
+        "-m",
+        "pytest",
+        str(tests_dir.resolve()),
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={tests_dir.resolve()}",
+        *pytest_args,
+    ]
     # cwd is the tests folder: nothing of the service or the kernel's sources is importable.
     code = subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
     if code != 0:

@@ -108,8 +108,9 @@ def cuda_home_of(nvcc: Path) -> Path:
     if os.environ.get("CUDA_HOME"):
         return Path(os.environ["CUDA_HOME"])
     try:
-        out = subprocess.run([str(nvcc), "--dryrun", "-c", "x.cu"], capture_output=True, text=True, timeout=60,
-                             check=False).stderr
+        out = subprocess.run(
+            [str(nvcc), "--dryrun", "-c", "x.cu"], capture_output=True, text=True, timeout=60, check=False
+        ).stderr
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolchainError(f"{nvcc} --dryrun failed: {exc}") from None
     match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)

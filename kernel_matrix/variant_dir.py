@@ -46,10 +46,10 @@ def write_python_package(variant_dir: Path, package_src: Path, *, name: str, mod
             target = variant_dir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-    (variant_dir / "_ops.py").write_text(render_template("_ops.py", module=module))
+    (variant_dir / "_ops.py").write_text(render_template("_ops.py.in", module=module))
     compat = variant_dir / name
     compat.mkdir(exist_ok=True)
-    (compat / "__init__.py").write_text(render_template("compat__init__.py", module=module, name=name))
+    (compat / "__init__.py").write_text(render_template("compat__init__.py.in", module=module, name=name))
 
 
 def digest_files(variant_dir: Path) -> dict[str, str]:
@@ -57,16 +57,30 @@ def digest_files(variant_dir: Path) -> dict[str, str]:
     digests = {}
     for path in sorted(variant_dir.rglob("*")):
         relative = path.relative_to(variant_dir)
-        if (not path.is_file() or relative.as_posix() == METADATA
-                or _UNHASHED_DIRS & set(relative.parts) or path.suffix in _UNHASHED_SUFFIXES):
+        if (
+            not path.is_file()
+            or relative.as_posix() == METADATA
+            or _UNHASHED_DIRS & set(relative.parts)
+            or path.suffix in _UNHASHED_SUFFIXES
+        ):
             continue
         digest = hashlib.sha256(path.read_bytes()).digest()
         digests[relative.as_posix()] = base64.b64encode(digest).decode("ascii")
     return digests
 
 
-def write_metadata(variant_dir: Path, *, name: str, module: str, version: int, license: str, backend: str,
-                   archs: list[str] | None, kernel_git: GitState | None, python_depends: list[str]) -> dict:
+def write_metadata(
+    variant_dir: Path,
+    *,
+    name: str,
+    module: str,
+    version: int,
+    license: str,
+    backend: str,
+    archs: list[str] | None,
+    kernel_git: GitState | None,
+    python_depends: list[str],
+) -> dict:
     metadata = {
         "name": name,
         "id": module,

@@ -12,8 +12,9 @@ KERNEL_DIR = REPO / "kernel"
 
 def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """Run the real CLI in a fresh process, as CI and users do."""
-    result = subprocess.run([sys.executable, "-m", "kernel_matrix", *args], cwd=cwd, capture_output=True,
-                            text=True, check=False, **kwargs)
+    result = subprocess.run(
+        [sys.executable, "-m", "kernel_matrix", *args], cwd=cwd, capture_output=True, text=True, check=False, **kwargs
+    )
     if check and result.returncode != 0:
         pytest.fail(f"kernel-matrix {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
     return result

@@ -29,12 +29,22 @@ def _line_of(kernel_copy, needle: str) -> int:
 
 
 CASES = [
-    ("unknown key", 'license = "Apache-2.0"', 'license = "Apache-2.0"\nlicence = "MIT"', "licence =",
-     "unknown key 'general.licence'"),
+    (
+        "unknown key",
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nlicence = "MIT"',
+        "licence =",
+        "unknown key 'general.licence'",
+    ),
     ("wrong type", "version = 1", 'version = "one"', 'version = "one"', "'general.version' = 'one'"),
     ("bad backend", 'backend = "cuda"', 'backend = "cuda12"', 'backend = "cuda12"', "kernel.img2gray_cuda.backend"),
-    ("missing source", '"csrc/img2gray_cpu.cpp",', '"csrc/nope.cpp",', '"csrc/nope.cpp",',
-     "source file 'csrc/nope.cpp' does not exist"),
+    (
+        "missing source",
+        '"csrc/img2gray_cpu.cpp",',
+        '"csrc/nope.cpp",',
+        '"csrc/nope.cpp",',
+        "source file 'csrc/nope.cpp' does not exist",
+    ),
     ("bad name", 'name = "img2gray"', 'name = "Img2Gray!"', 'name = "Img2Gray!"', "'general.name'"),
     ("malformed TOML", "[torch]", "[torch", "[torch", "invalid TOML"),
 ]
@@ -72,8 +82,9 @@ def test_a_missing_build_toml_is_one_clear_line(tmp_path):
 
 def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, tmp_path):
     _edit(kernel_copy, 'cuda-capabilities = ["7.5",', 'cuda-capabilities = ["6.0", "6.1"] #')
-    result = kernel_matrix("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b"),
-                           "--backend", "cuda")
+    result = kernel_matrix(
+        "build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b"), "--backend", "cuda"
+    )
     # On a machine without nvcc or a CUDA torch the toolchain check comes first (exit 4).
     assert result.returncode in (2, 4), result.stderr
     if result.returncode == 2:

@@ -11,8 +11,9 @@ pytestmark = pytest.mark.build
 def test_kernel_suite_passes_against_the_built_variant(built, backend):
     if backend not in built:
         pytest.skip(f"no {backend} variant can be built on this machine")
-    result = kernel_matrix("test", str(built[backend]), "--pytest-arg=-q", "--pytest-arg=-p",
-                           "--pytest-arg=no:randomly")
+    result = kernel_matrix(
+        "test", str(built[backend]), "--pytest-arg=-q", "--pytest-arg=-p", "--pytest-arg=no:randomly"
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "error" not in summary

@@ -67,8 +67,10 @@ def test_a_tampered_file_fails_the_digest(variant, tmp_path):
 
 
 def test_compatibility_folder_imports_for_older_loaders(variant):
-    code = (f"import sys; sys.path.insert(0, {str(variant)!r}); import torch, img2gray; "
-            "x = torch.full((2, 2, 3), 7, dtype=torch.uint8); print(img2gray.img2gray(x).tolist())")
+    code = (
+        f"import sys; sys.path.insert(0, {str(variant)!r}); import torch, img2gray; "
+        "x = torch.full((2, 2, 3), 7, dtype=torch.uint8); print(img2gray.img2gray(x).tolist())"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=variant.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[[7, 7], [7, 7]]"
@@ -105,8 +107,9 @@ def test_changed_sources_give_a_new_namespace(built, kernel_copy, tmp_path):
     variant = built["cpu"]
     cpp = kernel_copy / "csrc" / "img2gray_cpu.cpp"
     cpp.write_text(cpp.read_text() + "\n// a change\n")
-    kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path),
-                  check=True)
+    kernel_matrix(
+        "build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path), check=True
+    )
     rebuilt = json.loads((tmp_path / variant.name / "metadata.json").read_text())
     assert rebuilt["id"] != json.loads((variant / "metadata.json").read_text())["id"]
 
@@ -124,8 +127,7 @@ def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(bu
     before = _snapshot(build_dir / previous.name)
     cpp = kernel_copy / "csrc" / "img2gray_cpu.cpp"
     cpp.write_text(cpp.read_text() + "\nthis is not C++;\n")
-    result = kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir",
-                           str(build_dir))
+    result = kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir))
     assert result.returncode == 5, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: compile csrc/img2gray_cpu.cpp failed")
@@ -137,9 +139,13 @@ def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(bu
 
 def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
     build_dir = tmp_path / "build"
-    process = subprocess.Popen([sys.executable, "-m", "kernel_matrix", "build", "--backend", "cpu",
-                                "--build-dir", str(build_dir)], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernel_matrix", "build", "--backend", "cpu", "--build-dir", str(build_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (build_dir.exists() and any(build_dir.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -148,4 +154,3 @@ def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert list(build_dir.iterdir()) == []
-

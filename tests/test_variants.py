@@ -12,10 +12,15 @@ from kernel_matrix.variants import CPU_ARCHS, Variant, torch_minor
 torch_versions = st.builds(lambda minor: f"2.{minor}", st.integers(min_value=0, max_value=40))
 cuda_versions = st.builds(lambda major, minor: f"{major}.{minor}", st.integers(11, 14), st.integers(0, 9))
 variants = st.one_of(
-    st.builds(lambda t, c, a: Variant(torch=t, backend="cuda", cuda=c, arch=a), torch_versions, cuda_versions,
-              st.sampled_from(CPU_ARCHS)),
-    st.builds(lambda t, a: Variant(torch=t, backend="cpu", cuda=None, arch=a), torch_versions,
-              st.sampled_from(CPU_ARCHS)),
+    st.builds(
+        lambda t, c, a: Variant(torch=t, backend="cuda", cuda=c, arch=a),
+        torch_versions,
+        cuda_versions,
+        st.sampled_from(CPU_ARCHS),
+    ),
+    st.builds(
+        lambda t, a: Variant(torch=t, backend="cpu", cuda=None, arch=a), torch_versions, st.sampled_from(CPU_ARCHS)
+    ),
 )
 
 

@@ -21,8 +21,10 @@ def assert_bit_exact(got: torch.Tensor, rgb: torch.Tensor) -> None:
     wrong = (got != want).nonzero()
     if len(wrong):
         where = tuple(wrong[0].tolist())
-        pytest.fail(f"{len(wrong)} pixels differ; first at {where}: rgb={rgb.cpu()[where].tolist()} "
-                    f"got {int(got[where])}, want {int(want[where])}")
+        pytest.fail(
+            f"{len(wrong)} pixels differ; first at {where}: rgb={rgb.cpu()[where].tolist()} "
+            f"got {int(got[where])}, want {int(want[where])}"
+        )
 
 
 def test_every_rgb_triple_matches_the_reference_bit_for_bit(img2gray, device):
@@ -90,8 +92,18 @@ def test_large_image_is_converted_completely(img2gray, device):
 # Each bad call raises ONE error whose message names what was expected, both
 # through the Python wrapper and when the op is called directly.
 BAD_INPUTS = [
-    ("dtype", lambda d: torch.zeros(4, 4, 3, dtype=torch.float32, device=d), TypeError, "expected input of dtype torch.uint8"),
-    ("rank", lambda d: torch.zeros(4, 3, dtype=torch.uint8, device=d), ValueError, "expected input of shape [..., H, W, 3]"),
+    (
+        "dtype",
+        lambda d: torch.zeros(4, 4, 3, dtype=torch.float32, device=d),
+        TypeError,
+        "expected input of dtype torch.uint8",
+    ),
+    (
+        "rank",
+        lambda d: torch.zeros(4, 3, dtype=torch.uint8, device=d),
+        ValueError,
+        "expected input of shape [..., H, W, 3]",
+    ),
     ("channels", lambda d: torch.zeros(4, 4, 4, dtype=torch.uint8, device=d), ValueError, "expected 3 channels (RGB)"),
 ]
 
@@ -132,7 +144,10 @@ def test_output_overlapping_the_input_is_rejected(img2gray, device):
 @pytest.mark.cuda
 def test_device_mix_is_rejected(img2gray, cuda_device):
     rgb = random_rgb(4, 4, device="cuda")
-    for inp, out in [(rgb, torch.empty(4, 4, dtype=torch.uint8)), (rgb.cpu(), torch.empty(4, 4, dtype=torch.uint8, device="cuda"))]:
+    for inp, out in [
+        (rgb, torch.empty(4, 4, dtype=torch.uint8)),
+        (rgb.cpu(), torch.empty(4, 4, dtype=torch.uint8, device="cuda")),
+    ]:
         with pytest.raises(RuntimeError, match="expected input and output on the same device"):
             img2gray.img2gray(inp, out=out)
 
