@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-
-import yaml
 from packaging.version import Version
 
-
-@cache
-def _default_table() -> list[dict]:
-    text = resources.files("kernel_matrix").joinpath("data/cuda_capabilities.yaml").read_text()
-    return yaml.safe_load(text)
+from . import data
 
 
-def default_capabilities(cuda_version: str) -> list[str]:
-    for row in _default_table():
+def default_capabilities(cuda_version: str, table: list[dict] | None = None) -> list[str]:
+    """The row of `table` (default: data/cuda_capabilities.yaml) for cuda_version."""
+    for row in table if table is not None else data.load("cuda_capabilities"):
         if Version(cuda_version) >= Version(row["min_cuda"]):
             return list(row["capabilities"])
-    raise AssertionError("the last row of cuda_capabilities.yaml matches every version")
+    return []
 
 
 def select_capabilities(requested: list[str] | None, cuda_version: str) -> list[str]:

@@ -22,12 +22,68 @@ app = typer.Typer(
 )
 # CI logs are wider than rich's 80-column default for non-terminals.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+stdout = Console(width=None if sys.stdout.isatty() else 240)
 
 KernelDir = Annotated[Path, typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (build.toml).")]
 BuildDir = Annotated[Path, typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.")]
 Python = Annotated[
     str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
 ]
+
+
+MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
+
+
+@app.command()
+def matrix(
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    profile: Annotated[
+        str, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
+    ] = "full",
+    only: Annotated[
+        str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
+    ] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print the GitHub Actions matrix {"include": [...]}.')
+    ] = False,
+    check_upstream: Annotated[
+        bool, typer.Option("--check-upstream", help="Report torch releases and CUDA builds the matrix misses.")
+    ] = False,
+) -> None:
+    """List the matrix cells (variants): a table, or JSON for GitHub Actions."""
+    import json
+
+    from .matrix import github_matrix, load_matrix, select
+
+    loaded = load_matrix(file)
+    for warning in loaded.warnings:
+        console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
+    if check_upstream:
+        from .upstream import check_upstream as run_check
+
+        run_check(loaded, console)
+        return
+    cells = select(loaded, profile=profile, only=only, variants=variant or [])
+    if as_json:
+        typer.echo(json.dumps(github_matrix(cells), separators=(",", ":")))
+        return
+    table = Table(title=f"{file}: {len(cells)} cells (profile {profile})", show_edge=False)
+    for column in ("variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner"):
+        table.add_column(column, overflow="fold")
+    for cell in cells:
+        v = cell.variant
+        table.add_row(
+            v.name,
+            v.torch,
+            v.cuda or "-",
+            v.arch,
+            cell.image,
+            cell.torch_index,
+            ",".join(cell.build_runner),
+            ",".join(cell.test_runner),
+        )
+    stdout.print(table)
 
 
 @app.command()
@@ -140,7 +196,8 @@ def main() -> None:
     try:
         app()
     except KernelMatrixError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        for line in str(exc).splitlines():  # one line per problem
+            console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
         raise SystemExit(int(exc.exit_code)) from None
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")

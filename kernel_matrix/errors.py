@@ -15,6 +15,8 @@ class ExitCode(IntEnum):
     BUILD = 5  # a compiler or linker failed
     TEST = 6  # a variant's test suite failed
     ABI = 7  # a library breaks the abi3 or manylinux rules
+    OUTDATED = 8  # upstream has torch releases or CUDA builds the matrix lacks
+    NETWORK = 9  # a package index or server cannot be reached
 
 
 class KernelMatrixError(Exception):
@@ -49,3 +51,11 @@ class TestFailure(KernelMatrixError):
 
 class AbiError(KernelMatrixError):
     exit_code = ExitCode.ABI
+
+
+class OutdatedError(KernelMatrixError):
+    exit_code = ExitCode.OUTDATED
+
+
+class NetworkError(KernelMatrixError):
+    exit_code = ExitCode.NETWORK

@@ -10,6 +10,10 @@ REPO = Path(__file__).resolve().parent.parent
 KERNEL_DIR = REPO / "kernel"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--regen-golden", action="store_true", help="rewrite tests/golden/* from the current output")
+
+
 def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """Run the real CLI in a fresh process, as CI and users do."""
     result = subprocess.run(

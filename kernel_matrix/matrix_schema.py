@@ -1,0 +1,100 @@
+"""The schema of build_matrix.yaml (see README: "build_matrix.yaml").
+
+Pydantic models with unknown keys forbidden; the version tables default to the
+packaged data (kernel_matrix/data/*.yaml) and each row can be overridden here."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _version_text(value: object) -> object:
+    # YAML reads 2.10 as the float 2.1: demand quotes rather than guess.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f'write versions as quoted strings (e.g. "{value}"), YAML reads {value} as a number')
+    return value
+
+
+MinorVersion = Annotated[str, BeforeValidator(_version_text), Field(pattern=r"^\d+\.\d+$")]
+Capability = Annotated[str, BeforeValidator(_version_text), Field(pattern=r"^\d+\.\d+$")]
+Arch = Literal["x86_64", "aarch64"]
+_MINOR = re.compile(r"^\d+\.\d+$")
+
+
+def _cuda_builds(value: object) -> object:
+    """A torch minor's CUDA builds: "all" it ships, or a list of major.minor versions."""
+    if value == "all":
+        return value
+    if not isinstance(value, list) or not value:
+        raise ValueError('expected "all" or a list of CUDA versions such as ["12.6", "13.0"]')
+    for item in value:
+        if not isinstance(item, str) or not _MINOR.match(item):
+            raise ValueError(f'CUDA version {item!r} is not major.minor (such as "13.0")')
+    return value
+
+
+CudaBuilds = Annotated[object, BeforeValidator(_cuda_builds)]
+RunnerLabels = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_kebab, populate_by_name=True)
+
+
+class ArchRunners(_Section):
+    build_runner: RunnerLabels
+    gpu_test_runner: RunnerLabels
+
+
+class TorchRelease(_Section):
+    pypi: MinorVersion | None = None  # the CUDA build on PyPI; None for a CPU-only PyPI wheel
+    cuda: list[MinorVersion] = Field(min_length=1)
+
+
+class CapabilityRow(_Section):
+    min_cuda: MinorVersion
+    capabilities: list[Capability] = Field(min_length=1)
+
+
+class CellSelector(_Section):
+    """A partial cell description: each given field must match."""
+
+    torch: MinorVersion | None = None
+    cuda: MinorVersion | Literal["cpu"] | None = None
+    arch: Arch | None = None
+
+
+class CellSpec(_Section):
+    """A whole cell, for `include`."""
+
+    torch: MinorVersion
+    cuda: MinorVersion | Literal["cpu"]
+    arch: Arch
+
+
+class Upstream(_Section):
+    pypi: str = "https://pypi.org/simple"
+    pytorch: str = "https://download.pytorch.org/whl"
+
+
+class MatrixFile(_Section):
+    kernel: str = "kernel"
+    # torch minor -> the CUDA versions to build for it, or "all" it ships.
+    torch: dict[MinorVersion, CudaBuilds] = Field(min_length=1)
+    cpu: bool = True
+    archs: dict[Arch, ArchRunners] = Field(min_length=1)
+    image: Literal["official", "offline"] = "official"
+    images: dict[str, str] = {}
+    torch_index: Literal["auto", "pypi", "pytorch"] = "auto"
+    torch_releases: dict[MinorVersion, TorchRelease] = {}
+    cuda_capabilities: list[CapabilityRow] | None = None
+    exclude: list[CellSelector] = []
+    include: list[CellSpec] = []
+    upstream: Upstream = Upstream()
