@@ -16,7 +16,7 @@ from . import data
 from .errors import NetworkError, OutdatedError
 from .matrix import Matrix
 
-_WHEEL = re.compile(r"torch-(\d+)\.(\d+)\.\d+(?:\+(cu\d+|cpu))?-[^\"'<>\s]*\.whl")
+_WHEEL = re.compile(r"torch-(\d+)\.(\d+)\.\d+(?:(?:\+|%2B)(cu\d+|cpu))?-[^\"'<>\s]*\.whl")
 TIMEOUT_S = 30
 
 
