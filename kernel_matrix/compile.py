@@ -65,12 +65,15 @@ def nvcc_compile(
     ]
 
 
-def link_shared(cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str]) -> list[str]:
+def link_shared(
+    cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str], flags: list[str] = ()
+) -> list[str]:
     # No rpath: torch and the CUDA runtime are already loaded by `import torch`
     # when the loader imports the kernel, and are found by soname.
     return [
         cxx,
         "-shared",
+        *flags,
         *(str(o) for o in objects),
         *(f"-L{d}" for d in lib_dirs),
         *(f"-l{lib}" for lib in libs),

@@ -176,6 +176,9 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
         f"Py_LIMITED_API={PY_LIMITED_API}",
         "_GLIBCXX_USE_CXX11_ABI=1",
     ]
+    # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
+    # the flag it silently runs on one thread.
+    openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
     for src in config.torch.src:
         source = kernel_dir / src
         if source.suffix in _CXX_SUFFIXES:
@@ -186,7 +189,7 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
                 output,
                 includes=[source.parent, *torch_includes],
                 defines=defines,
-                flags=config.torch.cxx_flags,
+                flags=[*openmp, *config.torch.cxx_flags],
             )
             compiles.append(Step(f"compile {src}", argv, output))
 
@@ -197,7 +200,7 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
         lib_dirs.append(plan.nvcc.cuda_home / "lib64")
     link = Step(
         f"link {so_path.name}",
-        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs),
+        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),
         so_path,
     )
     return compiles, link

@@ -56,6 +56,12 @@ class TorchInstall:
     def lib_dir(self) -> Path:
         return self.torch_dir / "lib"
 
+    @property
+    def parallel_openmp(self) -> bool:
+        """Whether torch's intra-op parallelism (at::parallel_for) is OpenMP."""
+        config = self.torch_dir / "include" / "ATen" / "Config.h"
+        return "#define AT_PARALLEL_OPENMP 1" in config.read_text(errors="replace") if config.is_file() else False
+
 
 def probe_torch(python: str | None = None) -> TorchInstall:
     python = python or sys.executable

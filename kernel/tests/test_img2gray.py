@@ -40,7 +40,7 @@ def test_gray_pixels_keep_their_value(img2gray, device):
     assert img2gray.img2gray(rgb).flatten().tolist() == list(range(256))
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (480, 640), (2, 3, 17, 19), (2, 1, 2, 5, 4)])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 13), (37, 41), (480, 640), (2, 3, 17, 19), (2, 1, 2, 5, 4), (3, 33, 65)])
 def test_images_and_leading_batch_dimensions(img2gray, device, shape):
     rgb = random_rgb(*shape, device=device, seed=sum(shape))
     out = img2gray.img2gray(rgb)
