@@ -69,6 +69,19 @@ def test_non_contiguous_inputs(img2gray, device, view):
     assert_bit_exact(img2gray.img2gray(rgb), rgb)
 
 
+@pytest.mark.parametrize("in_offset, out_offset", [(3, 0), (0, 1), (5, 7)])
+def test_views_that_start_mid_allocation(img2gray, device, in_offset, out_offset):
+    # Contiguous views whose data pointers are not 16-byte aligned (the fast
+    # CUDA path needs alignment; these take the general one).
+    h, w = 67, 131
+    rgb_storage = random_rgb(h * w + 8, 1, device=device, seed=11).flatten()
+    rgb = rgb_storage[in_offset : in_offset + h * w * 3].view(h, w, 3)
+    out = torch.zeros(h * w + 8, dtype=torch.uint8, device=device)[out_offset : out_offset + h * w].view(h, w)
+    assert rgb.is_contiguous() and out.is_contiguous()
+    assert img2gray.img2gray(rgb, out=out) is out
+    assert_bit_exact(out, rgb)
+
+
 def test_non_contiguous_out(img2gray, device):
     rgb = random_rgb(40, 24, device=device, seed=4)
     out = torch.zeros(24, 40, dtype=torch.uint8, device=device).t()
