@@ -47,10 +47,20 @@ __attribute__((target("avx2"))) inline __m256i gray8(const uint8_t* p) {
   return _mm256_cvttps_epi32(sum);
 }
 
-__attribute__((target("avx2"))) void img2gray_avx2(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray,
-                                                   int64_t n_pixels) {
+// Above this many pixels per call the output cannot stay in cache anyway:
+// non-temporal stores then skip reading the output lines before writing them.
+constexpr int64_t kStreamingPixels = 1 << 20;
+
+template <bool kStream>
+__attribute__((target("avx2"))) void img2gray_avx2_blocks(const uint8_t* __restrict__ rgb,
+                                                          uint8_t* __restrict__ gray, int64_t n_pixels) {
   constexpr int64_t kBlock = 32;
   int64_t i = 0;
+  if (kStream) {  // streaming stores need 32-byte aligned output
+    const int64_t head = (32 - (reinterpret_cast<uintptr_t>(gray) & 31)) & 31;
+    i = head < n_pixels ? head : n_pixels;
+    img2gray_scalar(rgb, gray, i);
+  }
   // The last load8 of a block reads 4 bytes past it: leave 2 pixels of slack.
   for (; i + kBlock + 2 <= n_pixels; i += kBlock) {
     const uint8_t* p = rgb + 3 * i;
@@ -59,9 +69,24 @@ __attribute__((target("avx2"))) void img2gray_avx2(const uint8_t* __restrict__ r
     // final permute restores pixel order.
     const __m256i packed = _mm256_packus_epi16(_mm256_packus_epi32(g0, g1), _mm256_packus_epi32(g2, g3));
     const __m256i ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gray + i), ordered);
+    if (kStream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(gray + i), ordered);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(gray + i), ordered);
+    }
+  }
+  if (kStream) {
+    _mm_sfence();  // order the streaming stores before anything that follows
   }
   img2gray_scalar(rgb + 3 * i, gray + i, n_pixels - i);
+}
+
+void img2gray_avx2(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray, int64_t n_pixels) {
+  if (n_pixels >= kStreamingPixels) {
+    img2gray_avx2_blocks<true>(rgb, gray, n_pixels);
+  } else {
+    img2gray_avx2_blocks<false>(rgb, gray, n_pixels);
+  }
 }
 
 bool has_avx2() {
