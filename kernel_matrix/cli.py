@@ -192,6 +192,117 @@ def check_abi(
         raise AbiError(f"{variant_dir.name}: {', '.join(failed)} breaks the ABI rules above")
 
 
+@app.command()
+def clean(
+    build_dir: BuildDir = Path("build"),
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
+) -> None:
+    """Remove development artifacts, and variants in build/ that the matrix no longer names."""
+    from .clean import find_artifacts, remove
+    from .matrix import load_matrix
+
+    keep = {cell.name for cell in load_matrix(file).cells}
+    paths = find_artifacts(Path.cwd(), build_dir, keep)
+    for path in paths:
+        stdout.print(
+            f"{'would remove' if dry_run else 'removed'} {path.relative_to(Path.cwd().resolve())}", highlight=False
+        )
+    if not dry_run:
+        remove(paths)
+    console.print(f"{len(paths)} paths {'to remove' if dry_run else 'removed'}")
+
+
+@app.command()
+def publish(
+    repo_id: Annotated[
+        str | None, typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml).")
+    ] = None,
+    kernel_dir: KernelDir = Path("kernel"),
+    build_dir: BuildDir = Path("build"),
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
+    allow_partial: Annotated[
+        bool, typer.Option(help="Publish although some variants of the profile are not built.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print what would change, write nothing.")] = False,
+    tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
+    manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = "manylinux_2_28",
+) -> None:
+    """Publish the built variants to branch v<version> of the Hub repo, in one commit."""
+    from huggingface_hub import HfApi
+
+    from . import publish as hub
+    from .buildtoml import load_build_toml
+    from .errors import ConfigError
+    from .kernel_card import kernel_card
+    from .matrix import load_matrix, select
+    from .release import check_variant, release_files
+
+    config = load_build_toml(kernel_dir)
+    repo_id = repo_id or config.general.hub.repo_id
+    if not repo_id:
+        raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    expected = [c.name for c in select(load_matrix(file), profile=profile)]
+    built = [name for name in expected if (build_dir / name / "metadata.json").is_file()]
+    missing = [name for name in expected if name not in built]
+    if missing and not allow_partial:
+        raise ConfigError(
+            f"{len(missing)} of {len(expected)} variants of profile {profile} are not built "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); build them or "
+            "pass --allow-partial"
+        )
+    if not built:
+        from .errors import NothingToDoError
+
+        raise NothingToDoError(f"no variant of profile {profile} is built in {build_dir}")
+    manylinux_policy = None if manylinux == "none" else manylinux
+    metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux_policy) for name in built}
+    files = release_files(build_dir, built)
+    branch = f"v{config.general.version}"
+    api = HfApi()
+    if dry_run:
+        with hub._explain(repo_id):
+            try:
+                plan = hub.make_plan(api, repo_id, branch, files)
+            except hub.RepositoryNotFoundError:
+                plan = hub.Plan(repo_id=repo_id, branch=branch, parent_commit=None, added=files)
+        _print_plan(plan, dry_run=True)
+        return
+    outcome = hub.publish(
+        api,
+        repo_id,
+        branch,
+        files,
+        card=kernel_card(config, repo_id, metadata),
+        message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
+        tag=tag,
+        log=lambda m: console.print(f"[yellow]{m}[/]"),
+    )
+    _print_plan(outcome.plan, dry_run=False)
+    if outcome.commit:
+        console.print(f"published {len(built)} variants to {repo_id}@{branch}: commit {outcome.commit}")
+    else:
+        console.print(f"{repo_id}@{branch} already holds this release: no commit")
+
+
+def _print_plan(plan, *, dry_run: bool) -> None:
+    table = Table(
+        title=f"{plan.repo_id}@{plan.branch}" + (" (dry run: nothing written)" if dry_run else ""), show_edge=False
+    )
+    for column in ("change", "files", "bytes"):
+        table.add_column(column)
+    for change, entries in (("added", plan.added), ("changed", plan.changed), ("unchanged", plan.unchanged)):
+        table.add_row(change, str(len(entries)), str(sum(f.size for f in entries)))
+    table.add_row("deleted", str(len(plan.deleted)), "-")
+    stdout.print(table)
+    for change, entries in (("added", plan.added), ("changed", plan.changed)):
+        for f in entries:
+            stdout.print(f"  {change:8} {f.path_in_repo} ({f.size} bytes)", highlight=False)
+    for path in plan.deleted:
+        stdout.print(f"  deleted  {path}", highlight=False)
+
+
 def main() -> None:
     try:
         app()

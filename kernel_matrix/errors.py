@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     ABI = 7  # a library breaks the abi3 or manylinux rules
     OUTDATED = 8  # upstream has torch releases or CUDA builds the matrix lacks
     NETWORK = 9  # a package index or server cannot be reached
+    PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
 
 
 class KernelMatrixError(Exception):
@@ -59,3 +60,7 @@ class OutdatedError(KernelMatrixError):
 
 class NetworkError(KernelMatrixError):
     exit_code = ExitCode.NETWORK
+
+
+class PublishError(KernelMatrixError):
+    exit_code = ExitCode.PUBLISH

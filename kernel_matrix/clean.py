@@ -1,0 +1,64 @@
+"""`kernel-matrix clean`: development artifacts inside the project, and
+variants in build/ that the matrix no longer names. Never a file git tracks,
+never anything outside the project."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+# Generated trees and caches, matched anywhere under the project.
+ARTIFACT_DIRS = ("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".hypothesis", "_skbuild", "CMakeFiles")
+ARTIFACT_FILES = ("*.pyc", "*.pyo", "CMakeCache.txt")
+# The environment and build outputs are looked at one by one below.
+SKIP_DIRS = {".git", ".venv", "build"}
+
+
+def find_artifacts(root: Path, build_dir: Path, keep_variants: set[str]) -> list[Path]:
+    root = root.resolve()
+    tracked = _tracked(root)
+    found: list[Path] = []
+
+    def walk(directory: Path) -> None:
+        for entry in sorted(directory.iterdir()):
+            if entry.is_symlink():
+                continue  # never follow links out of the project
+            if entry.is_dir():
+                if entry.name in SKIP_DIRS and directory == root:
+                    continue
+                if any(entry.match(pattern) for pattern in ARTIFACT_DIRS):
+                    found.append(entry)
+                else:
+                    walk(entry)
+            elif any(entry.match(pattern) for pattern in ARTIFACT_FILES):
+                found.append(entry)
+
+    walk(root)
+    build = build_dir.resolve()
+    if build.is_dir() and build.is_relative_to(root):
+        for entry in sorted(build.iterdir()):
+            stale_variant = (entry / "metadata.json").is_file() and entry.name not in keep_variants
+            leftover = entry.name.startswith(".") and (".staging-" in entry.name or ".old-" in entry.name)
+            if stale_variant or leftover or entry.name == "logs":
+                found.append(entry)
+    return [p for p in found if not _holds_tracked(p, root, tracked)]
+
+
+def remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _tracked(root: Path) -> set[Path]:
+    result = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=False)
+    if result.returncode != 0:
+        return set()
+    return {root / name for name in result.stdout.decode().split("\0") if name}
+
+
+def _holds_tracked(path: Path, root: Path, tracked: set[Path]) -> bool:
+    return path in tracked or any(t.is_relative_to(path) for t in tracked)

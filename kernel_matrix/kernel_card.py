@@ -1,0 +1,50 @@
+"""The kernel card: README.md on the Hub repo's main branch."""
+
+from __future__ import annotations
+
+from .buildtoml import BuildConfig
+
+
+def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict]) -> str:
+    """variants: variant name -> its metadata.json."""
+    general = config.general
+    rows = []
+    for name in sorted(variants):
+        meta = variants[name]
+        backend = meta["backend"]
+        archs = " ".join(backend.get("archs") or []) or "-"
+        kernel_git = meta.get("provenance", {}).get("kernel") or {}
+        source = kernel_git.get("commit", "unknown")[:12] + (" (dirty)" if kernel_git.get("dirty") else "")
+        rows.append(f"| `{name}` | {backend['type']} | {archs} | `{meta['id']}` | {source} |")
+    builders = sorted(
+        {m.get("provenance", {}).get("kernel-builder", {}).get("version", "?") for m in variants.values()}
+    )
+    return "\n".join(
+        [
+            "---",
+            f"license: {general.license.lower()}",
+            "tags:",
+            "  - kernel",
+            "---",
+            "",
+            f"# {general.name}",
+            "",
+            f"A PyTorch kernel for the Hugging Face `kernels` loader, version {general.version} "
+            f"(branch `v{general.version}`). Load the build that matches your torch and CUDA:",
+            "",
+            "```python",
+            "from kernels import get_kernel",
+            "",
+            f'{general.python_name} = get_kernel("{repo_id}", version={general.version})',
+            "```",
+            "",
+            "## Build variants",
+            "",
+            "| variant | backend | CUDA capabilities | op namespace | source commit |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Built by {', '.join(builders)}. Every variant's `metadata.json` lists a sha256 digest of its files.",
+            "",
+        ]
+    )

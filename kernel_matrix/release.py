@@ -1,0 +1,70 @@
+"""What a release is made of: the built variant directories, each checked
+before anything leaves the machine (metadata, digest, ABI, completeness)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .abi import check_library, variant_libraries
+from .buildtoml import BuildConfig
+from .errors import AbiError, ConfigError
+from .variant_dir import METADATA
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    path_in_repo: str  # build/<variant>/<file>
+    local: Path
+    size: int
+    blob_oid: str  # git's blob sha1, what the Hub's tree reports for plain files
+
+
+def git_blob_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict:
+    """The variant's metadata.json, after checking it matches the kernel, its
+    digest holds, and its libraries pass the ABI gate."""
+    from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
+
+    metadata_path = variant_dir / METADATA
+    try:
+        metadata = Metadata.read_from_file(metadata_path)
+    except ValueError as exc:
+        raise ConfigError(f"{metadata_path}: the loader cannot read it: {exc}") from None
+    general = config.general
+    if str(metadata.name) != general.name or metadata.version != general.version:
+        raise ConfigError(
+            f"{metadata_path}: built as {metadata.name} v{metadata.version}, but build.toml says "
+            f"{general.name} v{general.version}: rebuild it"
+        )
+    if metadata.digest is None:
+        raise ConfigError(f"{metadata_path}: no digest: rebuild it with kernel-matrix build")
+    try:
+        metadata.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant_dir))
+    except DigestValidationError as exc:
+        problems = "; ".join(str(v) for v in exc.violations)
+        raise ConfigError(f"{variant_dir}: files differ from its metadata digest ({problems})") from None
+    for library in variant_libraries(variant_dir):
+        report = check_library(library, manylinux=manylinux)
+        if not report.ok:
+            raise AbiError(
+                f"{library}: fails the ABI gate: {', '.join(report.abi3_violations + report.manylinux_violations)}"
+            )
+    return json.loads(metadata_path.read_text())
+
+
+def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
+    files = []
+    for variant in variants:
+        root = build_dir / variant
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                data = path.read_bytes()
+                relative = path.relative_to(build_dir).as_posix()
+                files.append(ReleaseFile(f"build/{relative}", path, len(data), git_blob_oid(data)))
+    return files

@@ -1,0 +1,78 @@
+"""`kernel-matrix clean`: removes artifacts, never sources or anything outside."""
+
+import subprocess
+
+from conftest import REPO, kernel_matrix
+
+KEPT_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
+STALE_VARIANT = "torch29-cxx11-cu128-x86_64-linux"
+
+
+def _project(tmp_path):
+    project = tmp_path / "project"
+    outside = tmp_path / "outside" / "__pycache__"
+    outside.mkdir(parents=True)
+    (outside / "keep.pyc").write_bytes(b"outside the project")
+    files = {
+        "src/pkg/module.py": "x = 1\n",
+        "src/pkg/__pycache__/module.cpython-311.pyc": "bytecode",
+        "src/pkg.egg-info/PKG-INFO": "meta",
+        "stray.pyc": "bytecode",
+        "tests/.pytest_cache/v/cache": "{}",
+        "vendored/__pycache__/tracked.pyc": "tracked on purpose",
+        f"build/{KEPT_VARIANT}/metadata.json": "{}",
+        f"build/{STALE_VARIANT}/metadata.json": "{}",
+        f"build/.{KEPT_VARIANT}.staging-abc123/partial.so": "half a build",
+        "build/logs/x.log": "log",
+        "build/notes.txt": "not ours to judge",
+    }
+    for name, text in files.items():
+        path = project / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (project / "src" / "link").symlink_to(outside.parent)
+    (project / "build_matrix.yaml").write_text((REPO / "build_matrix.yaml").read_text())
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "src/pkg/module.py", "build_matrix.yaml"], check=True)
+    subprocess.run(["git", "-C", str(project), "add", "-f", "vendored/__pycache__/tracked.pyc"], check=True)
+    return project, outside
+
+
+def _all_files(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+
+
+def test_dry_run_lists_and_removes_nothing(tmp_path):
+    project, _ = _project(tmp_path)
+    before = _all_files(project)
+    result = kernel_matrix("clean", "--dry-run", cwd=project)
+    assert result.returncode == 0, result.stderr
+    listed = sorted(line.removeprefix("would remove ") for line in result.stdout.splitlines())
+    assert listed == sorted(
+        [
+            "src/pkg/__pycache__",
+            "src/pkg.egg-info",
+            "stray.pyc",
+            "tests/.pytest_cache",
+            f"build/{STALE_VARIANT}",
+            f"build/.{KEPT_VARIANT}.staging-abc123",
+            "build/logs",
+        ]
+    )
+    assert _all_files(project) == before
+
+
+def test_clean_removes_artifacts_only(tmp_path):
+    project, outside = _project(tmp_path)
+    result = kernel_matrix("clean", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert _all_files(project) == sorted(
+        [
+            "build/notes.txt",
+            f"build/{KEPT_VARIANT}/metadata.json",
+            "build_matrix.yaml",
+            "src/pkg/module.py",
+            "vendored/__pycache__/tracked.pyc",
+        ]
+    )
+    assert (outside / "keep.pyc").is_file() and (project / "src" / "link").is_symlink()
