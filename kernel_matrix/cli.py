@@ -237,37 +237,21 @@ def publish(
     from .errors import ConfigError
     from .kernel_card import kernel_card
     from .matrix import load_matrix, select
-    from .release import check_variant, release_files
+    from .release import prepare_release
 
     config = load_build_toml(kernel_dir)
     repo_id = repo_id or config.general.hub.repo_id
     if not repo_id:
         raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
     expected = [c.name for c in select(load_matrix(file), profile=profile)]
-    built = [name for name in expected if (build_dir / name / "metadata.json").is_file()]
-    missing = [name for name in expected if name not in built]
-    if missing and not allow_partial:
-        raise ConfigError(
-            f"{len(missing)} of {len(expected)} variants of profile {profile} are not built "
-            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); build them or "
-            "pass --allow-partial"
-        )
-    if not built:
-        from .errors import NothingToDoError
-
-        raise NothingToDoError(f"no variant of profile {profile} is built in {build_dir}")
-    manylinux_policy = None if manylinux == "none" else manylinux
-    metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux_policy) for name in built}
-    files = release_files(build_dir, built)
+    release = prepare_release(
+        config, build_dir, expected, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
+    )
+    files, metadata, built = release.files, release.metadata, list(release.metadata)
     branch = f"v{config.general.version}"
     api = HfApi()
     if dry_run:
-        with hub._explain(repo_id):
-            try:
-                plan = hub.make_plan(api, repo_id, branch, files)
-            except hub.RepositoryNotFoundError:
-                plan = hub.Plan(repo_id=repo_id, branch=branch, parent_commit=None, added=files)
-        _print_plan(plan, dry_run=True)
+        _print_plan(hub.dry_run(api, repo_id, branch, files), dry_run=True)
         return
     outcome = hub.publish(
         api,

@@ -127,6 +127,15 @@ def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -
     return plan
 
 
+def dry_run(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -> Plan:
+    """The plan publish would carry out, from read-only calls."""
+    with explain_refusals(repo_id):
+        try:
+            return make_plan(api, repo_id, branch, files)
+        except RepositoryNotFoundError:
+            return Plan(repo_id=repo_id, branch=branch, parent_commit=None, added=list(files))
+
+
 @dataclass
 class Outcome:
     plan: Plan
@@ -148,7 +157,7 @@ def publish(
     log: Callable[[str], None] = lambda m: None,
 ) -> Outcome:
     retry = retry or Retry.from_env()
-    guard = _explain(repo_id)
+    guard = explain_refusals(repo_id)
     with guard:
         with_retries(lambda: api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True), retry, log)
 
@@ -202,7 +211,7 @@ def _update_card(api: HfApi, repo_id: str, card: str) -> str | None:
     return info.oid
 
 
-class _explain:
+class explain_refusals:
     """Turn the Hub's refusals into one line naming the repo and what to do."""
 
     def __init__(self, repo_id: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .abi import check_library, variant_libraries
 from .buildtoml import BuildConfig
-from .errors import AbiError, ConfigError
+from .errors import AbiError, ConfigError, NothingToDoError
 from .variant_dir import METADATA
 
 
@@ -68,3 +68,28 @@ def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
                 relative = path.relative_to(build_dir).as_posix()
                 files.append(ReleaseFile(f"build/{relative}", path, len(data), git_blob_oid(data)))
     return files
+
+
+@dataclass(frozen=True)
+class Release:
+    metadata: dict[str, dict]  # variant name -> metadata.json, in matrix order
+    files: list[ReleaseFile]
+
+
+def prepare_release(
+    config: BuildConfig, build_dir: Path, expected: list[str], *, allow_partial: bool, manylinux: str | None
+) -> Release:
+    """The built variants of `expected`, each checked; refuses an incomplete
+    release unless allow_partial."""
+    built = [name for name in expected if (build_dir / name / METADATA).is_file()]
+    missing = [name for name in expected if name not in built]
+    if missing and not allow_partial:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ConfigError(
+            f"{len(missing)} of {len(expected)} variants to release are not built in {build_dir} "
+            f"({shown}); build them or pass --allow-partial"
+        )
+    if not built:
+        raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
+    metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux) for name in built}
+    return Release(metadata=metadata, files=release_files(build_dir, built))
