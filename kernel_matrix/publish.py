@@ -163,13 +163,18 @@ def publish(
 
         # Plan and commit together, so that a retry after a lost response
         # re-reads the branch and finds the release already there.
+        sent: list[Plan] = []  # plans whose commit request went out
+
         def commit_release() -> tuple[Plan, str | None]:
             plan = make_plan(api, repo_id, branch, files)
             if not plan.has_changes:
-                return plan, None
+                # Nothing left to do: either nothing changed, or an earlier
+                # attempt's commit landed although its answer was lost.
+                return (sent[0], plan.parent_commit) if sent else (plan, None)
             if plan.parent_commit is None:
                 api.create_branch(repo_id, branch=branch, repo_type=REPO_TYPE, exist_ok=True)
                 plan.parent_commit = branch_head(api, repo_id, branch)
+            sent.append(plan)
             info = api.create_commit(
                 repo_id,
                 plan.operations(),

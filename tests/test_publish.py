@@ -1,0 +1,248 @@
+"""Publishing end to end: the real CLI and huggingface_hub client against the
+Hub-protocol server on loopback, then the real `kernels` loader in a fresh process."""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import KERNEL_DIR, kernel_matrix
+from hubserver import HubServer
+
+from kernel_matrix.errors import ExitCode
+
+pytestmark = pytest.mark.build
+ORG, REPO_ID, BRANCH = "kernel-matrix", "kernel-matrix/img2gray", "v1"
+
+
+@pytest.fixture
+def hub():
+    with HubServer(trusted_orgs=[ORG]) as server:
+        yield server
+
+
+@pytest.fixture
+def token():
+    return "hf_" + secrets.token_hex(16)
+
+
+@pytest.fixture
+def release_dir(built, tmp_path):
+    """A project with the built variants in build/ and a matrix naming exactly them."""
+    import shutil
+
+    project = tmp_path / "project"
+    (project / "build").mkdir(parents=True)
+    for variant in built.values():
+        shutil.copytree(variant, project / "build" / variant.name)
+    write_matrix(project, built.values())
+    return project
+
+
+def write_matrix(project, variants):
+    cudas, minors = set(), set()
+    for variant in variants:
+        meta = json.loads((variant / "metadata.json").read_text())
+        torch_tag, _, compute = variant.name.split("-")[:3]
+        minors.add(f"{torch_tag[5]}.{torch_tag[6:]}")
+        if meta["backend"]["type"] == "cuda":
+            cudas.add(f"{compute[2:-1]}.{compute[-1]}")
+    (minor,) = minors
+    cpu = any(json.loads((v / "metadata.json").read_text())["backend"]["type"] == "cpu" for v in variants)
+    (project / "build_matrix.yaml").write_text(
+        f'torch:\n  "{minor}": {json.dumps(sorted(cudas)) if cudas else "[]"}\ncpu: {str(cpu).lower()}\n'
+        "archs:\n  x86_64: {build-runner: [a], gpu-test-runner: [b]}\n"
+    )
+
+
+def publish(project, hub, token, *args, **env):
+    environment = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": token,
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_CACHE": str(project / ".hf-cache"),
+        "KERNEL_MATRIX_RETRY_BASE_S": "0.01",
+        **env,
+    }
+    environment.pop("HF_HUB_DISABLE_TELEMETRY", None)  # breaks every request with huggingface_hub 2.4
+    return kernel_matrix(
+        "publish",
+        "--kernel-dir",
+        str(KERNEL_DIR),
+        "--build-dir",
+        str(project / "build"),
+        "--file",
+        str(project / "build_matrix.yaml"),
+        "--manylinux",
+        "none",
+        *args,
+        cwd=project,
+        env=environment,
+    )
+
+
+def release_commits(hub):
+    return [c for c in hub.commits(REPO_ID) if c.title.startswith("Release ")]
+
+
+def branch_variants(hub):
+    return sorted({path.split("/")[1] for path in hub.files(REPO_ID, BRANCH) if path.startswith("build/")})
+
+
+def test_publish_then_get_kernel_loads_the_right_variant(release_dir, hub, token, built):
+    result = publish(release_dir, hub, token)
+    assert result.returncode == 0, result.stderr
+    assert len(release_commits(hub)) == 1
+    assert branch_variants(hub) == sorted(v.name for v in built.values())
+    files = hub.files(REPO_ID, BRANCH)
+    for variant in built.values():
+        for path in variant.rglob("*"):
+            if path.is_file():
+                assert files[f"build/{variant.name}/{path.relative_to(variant).as_posix()}"] == path.read_bytes()
+    card = hub.files(REPO_ID, "main")["README.md"].decode()
+    assert f'get_kernel("{REPO_ID}", version=1)' in card and all(v.name in card for v in built.values())
+
+    # The real loader, default trust check (answered by the server), in a fresh process.
+    script = textwrap.dedent(f"""
+        import numpy as np, torch, kernels
+        img2gray = kernels.get_kernel("{REPO_ID}", version=1)
+        rgb = torch.randint(0, 256, (123, 77, 3), dtype=torch.uint8)
+        x = rgb.numpy().astype(np.float32)
+        want = ((np.float32(0.21) * x[..., 0] + np.float32(0.72) * x[..., 1]) + np.float32(0.07) * x[..., 2])
+        assert torch.equal(img2gray.img2gray(rgb), torch.from_numpy(want.astype(np.uint8)))
+        print(img2gray.__file__)
+    """)
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_CACHE": str(release_dir / "user-cache"),
+    }
+    env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    env.pop("HF_TOKEN", None)
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=release_dir)
+    assert loaded.returncode == 0, loaded.stderr
+    import torch
+
+    expected = next(v.name for v in built.values() if ("-cpu-" in v.name) == (torch.version.cuda is None))
+    assert f"/build/{expected}/__init__.py" in loaded.stdout
+
+
+def test_publishing_again_makes_no_commit(release_dir, hub, token):
+    assert publish(release_dir, hub, token).returncode == 0
+    before = len(hub.commits(REPO_ID))
+    again = publish(release_dir, hub, token)
+    assert again.returncode == 0, again.stderr
+    assert "already holds this release: no commit" in again.stderr
+    assert len(hub.commits(REPO_ID)) == before
+
+
+def test_a_variant_dropped_from_the_matrix_is_deleted_from_the_branch(release_dir, hub, token, built):
+    if len(built) < 2:
+        pytest.skip("needs two built variants")
+    assert publish(release_dir, hub, token).returncode == 0
+    kept = [v for v in built.values() if "-cpu-" not in v.name]
+    write_matrix(release_dir, kept)
+    result = publish(release_dir, hub, token)
+    assert result.returncode == 0, result.stderr
+    assert branch_variants(hub) == [v.name for v in kept]
+    assert len(release_commits(hub)) == 2
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(release_dir, hub, token, built):
+    result = publish(release_dir, hub, token, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "dry run" in result.stdout and "added" in result.stdout
+    n_files = sum(1 for v in built.values() for p in v.rglob("*") if p.is_file())
+    table_rows = {}  # the summary table comes first, then one line per file
+    for line in result.stdout.replace("│", " ").splitlines():
+        if line.strip():
+            table_rows.setdefault(line.split()[0], line.split()[1:])
+    assert table_rows["added"][0] == str(n_files) and table_rows["changed"][0] == "0"
+    assert table_rows["deleted"][0] == "0" and table_rows["unchanged"][0] == "0"
+    assert sum(line.strip().startswith("added    build/") for line in result.stdout.splitlines()) == n_files
+    assert not [r for r in hub.requests if r.method not in ("GET", "HEAD")]
+
+
+def test_a_5xx_on_the_commit_is_retried_into_exactly_one_commit(release_dir, hub, token):
+    hub.inject("POST", "/commit/v1", status=500, times=2)
+    result = publish(release_dir, hub, token)
+    assert result.returncode == 0, result.stderr
+    assert "retrying" in result.stderr
+    assert len(release_commits(hub)) == 1
+
+
+def test_a_lost_answer_after_the_commit_does_not_commit_twice(release_dir, hub, token):
+    hub.inject("POST", "/commit/v1", drop_after_apply=True)
+    result = publish(release_dir, hub, token)
+    assert result.returncode == 0, result.stderr
+    (commit,) = release_commits(hub)
+    assert f"commit {commit.oid}" in result.stderr  # reported as made by this run
+
+
+def drop_cpu_variant(project, built):
+    """Change the release: the matrix no longer names the CPU variant."""
+    if len(built) < 2:
+        pytest.skip("needs two built variants")
+    write_matrix(project, [v for v in built.values() if "-cpu-" not in v.name])
+
+
+def test_failing_on_every_retry_leaves_the_branch_unchanged(release_dir, hub, token, built):
+    assert publish(release_dir, hub, token).returncode == 0
+    before, commits = hub.files(REPO_ID, BRANCH), len(hub.commits(REPO_ID))
+    drop_cpu_variant(release_dir, built)
+    hub.inject("POST", "/commit/v1", status=503, times=None)
+    result = publish(release_dir, hub, token)
+    assert result.returncode == ExitCode.NETWORK
+    assert result.stderr.count("retrying") == 4
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {REPO_ID}: {hub.url} kept failing (HTTP 503)")
+    assert hub.files(REPO_ID, BRANCH) == before and len(hub.commits(REPO_ID)) == commits
+
+
+def test_a_tampered_variant_is_refused_before_any_request(release_dir, hub, token):
+    variant = next(p for p in (release_dir / "build").iterdir() if p.name.startswith("torch"))
+    (variant / "_ops.py").write_text((variant / "_ops.py").read_text() + "# tampered\n")
+    result = publish(release_dir, hub, token)
+    assert result.returncode == ExitCode.CONFIG
+    assert "files differ from its metadata digest" in result.stderr and "_ops.py" in result.stderr
+    assert hub.requests == []
+
+
+def test_auth_refusal_is_one_clear_line_and_the_token_never_shows(release_dir, hub, token):
+    hub.require_token = "hf_the_right_one"
+    result = publish(release_dir, hub, token)
+    assert result.returncode == ExitCode.PUBLISH
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {REPO_ID}: HTTP 401 from {hub.url}: set HF_TOKEN (or run `hf auth login`) with a token that can "
+        "write to this repo"
+    )
+    assert token not in result.stdout + result.stderr
+
+
+def test_the_token_is_sent_but_never_printed(release_dir, hub, token, built):
+    outputs = [publish(release_dir, hub, token, "--dry-run"), publish(release_dir, hub, token)]
+    hub.inject("POST", "/commit/v1", status=500)
+    drop_cpu_variant(release_dir, built)
+    outputs.append(publish(release_dir, hub, token, "--tag", "v1.0.0"))
+    assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
+    assert any(r.headers.get("authorization") == f"Bearer {token}" for r in hub.requests)
+    for output in outputs:
+        assert token not in output.stdout and token not in output.stderr
+    for path in release_dir.rglob("*"):
+        if path.is_file() and path.stat().st_size < 10_000_000:
+            assert token.encode() not in path.read_bytes(), path
+
+
+def test_an_incomplete_release_is_refused_unless_allowed(release_dir, hub, token):
+    matrix = release_dir / "build_matrix.yaml"
+    matrix.write_text(
+        matrix.read_text().replace("archs:\n", "archs:\n  aarch64: {build-runner: [a], gpu-test-runner: [b]}\n")
+    )
+    result = publish(release_dir, hub, token)
+    assert result.returncode == ExitCode.CONFIG and "are not built" in result.stderr
+    assert hub.requests == []
+    assert publish(release_dir, hub, token, "--allow-partial").returncode == 0
