@@ -229,6 +229,7 @@ def test_the_token_is_sent_but_never_printed(release_dir, hub, token, built):
     drop_cpu_variant(release_dir, built)
     outputs.append(publish(release_dir, hub, token, "--tag", "v1.0.0"))
     assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
+    assert hub.files(REPO_ID, "v1.0.0") == hub.files(REPO_ID, BRANCH)  # --tag tagged the release commit
     assert any(r.headers.get("authorization") == f"Bearer {token}" for r in hub.requests)
     for output in outputs:
         assert token not in output.stdout and token not in output.stderr
