@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from .errors import ConfigError
+from .section import Section
 from .sourcelines import toml_key_position, where
 
 if sys.version_info >= (3, 11):
@@ -23,25 +24,17 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 Backend = Literal["cpu", "cuda", "metal", "rocm", "xpu"]
 
 
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_kebab, populate_by_name=True)
-
-
-class Hub(_Section):
+class Hub(Section):
     repo_id: str | None = None
     branch: str | None = None
 
 
-class CudaRange(_Section):
+class CudaRange(Section):
     minver: str | None = None
     maxver: str | None = None
 
 
-class General(_Section):
+class General(Section):
     name: str = Field(pattern=r"^[a-z][-a-z0-9]*[a-z0-9]$")
     version: int = Field(ge=0)
     edition: int = 5
@@ -56,7 +49,7 @@ class General(_Section):
         return self.name.replace("-", "_")
 
 
-class Torch(_Section):
+class Torch(Section):
     src: list[str] = Field(min_length=1)
     include: list[str] = []
     pyext: list[str] = []
@@ -65,7 +58,7 @@ class Torch(_Section):
     cxx_flags: list[str] = []
 
 
-class Kernel(_Section):
+class Kernel(Section):
     backend: Backend
     depends: list[str] = []
     src: list[str] = Field(min_length=1)
@@ -76,7 +69,7 @@ class Kernel(_Section):
     cuda_minver: str | None = None
 
 
-class BuildConfig(_Section):
+class BuildConfig(Section):
     general: General
     torch: Torch
     kernel: dict[str, Kernel] = {}

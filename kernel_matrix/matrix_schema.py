@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
+
+from .section import Section
 
 
 def _version_text(value: object) -> object:
@@ -40,30 +42,22 @@ CudaBuilds = Annotated[object, BeforeValidator(_cuda_builds)]
 RunnerLabels = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
 
 
-def _kebab(name: str) -> str:
-    return name.replace("_", "-")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_kebab, populate_by_name=True)
-
-
-class ArchRunners(_Section):
+class ArchRunners(Section):
     build_runner: RunnerLabels
     gpu_test_runner: RunnerLabels
 
 
-class TorchRelease(_Section):
+class TorchRelease(Section):
     pypi: MinorVersion | None = None  # the CUDA build on PyPI; None for a CPU-only PyPI wheel
     cuda: list[MinorVersion] = Field(min_length=1)
 
 
-class CapabilityRow(_Section):
+class CapabilityRow(Section):
     min_cuda: MinorVersion
     capabilities: list[Capability] = Field(min_length=1)
 
 
-class CellSelector(_Section):
+class CellSelector(Section):
     """A partial cell description: each given field must match."""
 
     torch: MinorVersion | None = None
@@ -71,7 +65,7 @@ class CellSelector(_Section):
     arch: Arch | None = None
 
 
-class CellSpec(_Section):
+class CellSpec(Section):
     """A whole cell, for `include`."""
 
     torch: MinorVersion
@@ -79,12 +73,12 @@ class CellSpec(_Section):
     arch: Arch
 
 
-class Upstream(_Section):
+class Upstream(Section):
     pypi: str = "https://pypi.org/simple"
     pytorch: str = "https://download.pytorch.org/whl"
 
 
-class MatrixFile(_Section):
+class MatrixFile(Section):
     kernel: str = "kernel"
     # torch minor -> the CUDA versions to build for it, or "all" it ships.
     torch: dict[MinorVersion, CudaBuilds] = Field(min_length=1)

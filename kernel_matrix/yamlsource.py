@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -149,7 +148,3 @@ class _Builder:
             reason = getattr(exc, "problem", None) or str(exc)
             self.problems.append(Problem(*_where(node), f"unreadable value {node.value!r}: {reason}"))
             return None
-
-
-def where(path: Path, line: int, col: int) -> str:
-    return f"{path}:{line}:{col}"
