@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     OUTDATED = 8  # upstream has torch releases or CUDA builds the matrix lacks
     NETWORK = 9  # a package index or server cannot be reached
     PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
+    ENGINE = 11  # no container engine answers
 
 
 class KernelMatrixError(Exception):
@@ -64,3 +65,7 @@ class NetworkError(KernelMatrixError):
 
 class PublishError(KernelMatrixError):
     exit_code = ExitCode.PUBLISH
+
+
+class EngineError(KernelMatrixError):
+    exit_code = ExitCode.ENGINE

@@ -1,0 +1,101 @@
+"""The container engine, through the docker SDK. The engine is whatever
+DOCKER_HOST names (Docker, or podman's Docker-compatible socket).
+
+Containers are context managers that always go away: created, started, used
+with `run`, then force-removed on exit, also on errors and interrupts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from docker.errors import DockerException, ImageNotFound
+
+import docker
+
+from .errors import EngineError
+
+START_HINT = 'start one with `eval "$(scripts/docker-engine start)"` (or point DOCKER_HOST at a running engine)'
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (or the default socket); EngineError if none answers."""
+    where = os.environ.get("DOCKER_HOST", "the default socket")
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except DockerException as exc:
+        reason = str(exc).splitlines()[0][:200]
+        raise EngineError(f"no container engine answers at {where} ({reason}): {START_HINT}") from None
+    return client
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+    def as_volume(self) -> tuple[str, dict[str, str]]:
+        return str(self.source.resolve()), {"bind": self.target, "mode": "ro" if self.read_only else "rw"}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    output: str
+
+
+@dataclass
+class Container:
+    """A started container that runs commands until the context exits."""
+
+    handle: object
+    name: str
+    runs: list[RunResult] = field(default_factory=list)
+
+    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, workdir: str | None = None) -> RunResult:
+        exit_code, output = self.handle.exec_run(list(argv), environment=env or {}, workdir=workdir, demux=False)
+        result = RunResult(exit_code, (output or b"").decode("utf-8", "replace"))
+        self.runs.append(result)
+        return result
+
+
+@contextmanager
+def container(
+    client: docker.DockerClient,
+    image: str,
+    *,
+    mounts: Sequence[Mount] = (),
+    network: str = "none",
+    user: str | None = None,
+    env: dict[str, str] | None = None,
+    name: str | None = None,
+) -> Iterator[Container]:
+    """Run `image` idle (its commands come through Container.run), always removing it.
+
+    network is "none" unless a step must reach a package registry ("host");
+    user defaults to the caller's uid:gid, so files written to mounts are theirs."""
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        raise EngineError(f"image {image} is not present in the engine (it is never pulled): build it first") from None
+    handle = client.containers.create(
+        image,
+        command=["sleep", "infinity"],
+        name=name,
+        network_mode=network,
+        user=user or f"{os.getuid()}:{os.getgid()}",
+        environment=env or {},
+        volumes=dict(m.as_volume() for m in mounts),
+        labels={"kernel-matrix": "1"},
+        detach=True,
+    )
+    try:
+        handle.start()
+        yield Container(handle=handle, name=handle.name)
+    finally:
+        handle.remove(force=True)

@@ -1,0 +1,99 @@
+"""Containers on a real engine (scripts/docker-engine start): always removed,
+network off by default, read-only source mounts, outputs owned by the caller."""
+
+import io
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from kernel_matrix.engine import Mount, connect, container
+from kernel_matrix.errors import EngineError
+
+IMAGE = "kernel-matrix-test/busybox:1"
+
+
+@pytest.fixture(scope="session")
+def engine():
+    try:
+        return connect()
+    except EngineError as exc:
+        if os.environ.get("KERNEL_MATRIX_REQUIRE_ENGINE"):
+            raise  # CI starts an engine: its absence is a failure there
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def busybox(engine, tmp_path_factory):
+    """A two-megabyte image made here (nothing can be pulled): Debian's static busybox."""
+    work = tmp_path_factory.mktemp("busybox")
+    subprocess.run(["apt-get", "download", "busybox-static"], cwd=work, check=True, capture_output=True)
+    (deb,) = work.glob("busybox-static_*.deb")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "root")], check=True)
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(work / "root" / "bin" / "busybox", arcname="bin/busybox")
+        for tool in ("sh", "sleep", "cat", "touch", "id", "ls"):
+            link = tarfile.TarInfo(f"bin/{tool}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+        for folder in ("tmp", "proc", "sys", "dev", "etc"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777
+            tar.addfile(info)
+    engine.api.import_image_from_data(data.getvalue(), repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1])
+    yield IMAGE
+    engine.images.remove(IMAGE, force=True)  # prune what the tests made
+
+
+def ours(engine):
+    return engine.containers.list(all=True, filters={"label": "kernel-matrix"})
+
+
+def test_a_container_runs_commands_and_is_always_removed(engine, busybox):
+    with container(engine, busybox) as box:
+        result = box.run(["sh", "-c", "echo hello; exit 3"])
+        assert (result.exit_code, result.output) == (3, "hello\n")
+        assert len(ours(engine)) == 1
+    assert ours(engine) == []
+    with pytest.raises(RuntimeError, match="boom"), container(engine, busybox):
+        raise RuntimeError("boom")
+    assert ours(engine) == []
+
+
+def test_the_network_is_off_by_default(engine, busybox):
+    with container(engine, busybox) as box:
+        interfaces = box.run(["cat", "/proc/net/dev"]).output
+    names = {line.split(":")[0].strip() for line in interfaces.splitlines()[2:]}
+    assert names == {"lo"}
+
+
+def test_source_mounts_are_read_only_and_outputs_belong_to_the_caller(engine, busybox, tmp_path):
+    source, out = tmp_path / "src", tmp_path / "out"
+    source.mkdir()
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    (source / "kernel.cu").write_text("// source\n")
+    mounts = [Mount(source, "/src"), Mount(out, "/out", read_only=False)]
+    with container(engine, busybox, mounts=mounts, user="1234:2345") as box:
+        assert box.run(["cat", "/src/kernel.cu"]).output == "// source\n"
+        assert box.run(["touch", "/src/new"]).exit_code != 0
+        assert box.run(["touch", "/out/artifact"]).exit_code == 0
+    assert not (source / "new").exists()
+    stat = (out / "artifact").stat()
+    assert (stat.st_uid, stat.st_gid) == (1234, 2345)
+
+
+def test_an_image_that_is_not_there_is_never_pulled(engine):
+    with pytest.raises(EngineError, match="is not present in the engine"), container(engine, "nvidia/cuda:x"):
+        pass
+
+
+def test_no_engine_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(EngineError) as raised:
+        connect()
+    message = str(raised.value)
+    assert "\n" not in message and "unix:///nonexistent/docker.sock" in message
+    assert "scripts/docker-engine start" in message
