@@ -196,8 +196,9 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
     libs = ["c10", "torch", "torch_cpu"]
     lib_dirs = [plan.torch.lib_dir]
     if plan.nvcc is not None:
-        libs += ["c10_cuda", "torch_cuda", "cudart"]
-        lib_dirs.append(plan.nvcc.cuda_home / "lib64")
+        cudart = plan.nvcc.cudart
+        libs += ["c10_cuda", "torch_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
+        lib_dirs.append(cudart.parent)
     link = Step(
         f"link {so_path.name}",
         link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),

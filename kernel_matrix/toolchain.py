@@ -92,7 +92,16 @@ def probe_torch(python: str | None = None) -> TorchInstall:
 class Nvcc:
     path: Path
     version: str  # "13.0"
-    cuda_home: Path  # holds include/cuda_runtime_api.h and lib64/libcudart.so
+    cuda_home: Path  # holds include/cuda_runtime_api.h and the CUDA runtime library
+
+    @property
+    def cudart(self) -> Path:
+        """The CUDA runtime to link: lib64/ in toolkits, lib/ (versioned name only) in PyPI's nvidia wheels."""
+        for folder in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+            found = sorted((self.cuda_home / folder).glob("libcudart.so*"), key=lambda p: len(p.name))
+            if found:
+                return found[0]
+        raise ToolchainError(f"no libcudart.so under {self.cuda_home} (set CUDA_HOME to the toolkit root)")
 
 
 def find_nvcc() -> Nvcc | None:
