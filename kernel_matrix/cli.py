@@ -95,8 +95,18 @@ def build(
         str | None, typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
     ] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compiles (default: all cores).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Build this matrix profile's cells in containers.")] = None,
+    only: Annotated[str | None, typer.Option(help="Build the cells matching KEY=VALUE,... in containers.")] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    image: Annotated[
+        str | None, typer.Option(help="Builder base for container builds: offline or official (default: the matrix's).")
+    ] = None,
 ) -> None:
-    """Build this host's variant natively: the installed torch, the host's nvcc and C++ compiler."""
+    """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
+    if profile or only or variant:
+        _build_in_containers(kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs)
+        return
     from .native_build import build_variant, plan_build
 
     plan = plan_build(kernel_dir, python=python, backend=backend)
@@ -130,6 +140,51 @@ def build(
     ]:
         summary.add_row(f"[bold]{key}[/]", value)
     console.print(summary)
+
+
+def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, image, jobs) -> None:
+    import os
+
+    from .container_build import build_cells
+    from .engine import connect
+    from .errors import BuildError
+    from .matrix import load_matrix, select
+
+    matrix = load_matrix(file)
+    cells = select(matrix, profile=profile, only=only, variants=variants)
+    client = connect()
+    results = build_cells(
+        client,
+        cells,
+        kernel_dir=kernel_dir,
+        build_dir=build_dir,
+        image_kind=image or matrix.spec.image,
+        jobs=jobs,
+        log=lambda m: console.print(m),
+    )
+    table = Table(title=f"container builds ({len(cells)} cells)", show_edge=False)
+    for column in ("variant", "status", "seconds", "image", "result"):
+        table.add_column(column, overflow="fold")
+    rows = []
+    for r in results:
+        status = "ok" if r.ok else "FAILED"
+        table.add_row(
+            r.cell.name,
+            f"[green]{status}[/]" if r.ok else f"[red]{status}[/]",
+            f"{r.seconds:.1f}",
+            r.image or "-",
+            r.message,
+        )
+        rows.append(f"| {r.cell.name} | {status} | {r.seconds:.1f} | {r.image or '-'} | {r.message} |")
+    stdout.print(table)
+    summary = "\n".join(["| variant | status | seconds | image | result |", "|---|---|---|---|---|", *rows])
+    (build_dir / "summary.md").write_text(summary + "\n")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
+            f.write(summary + "\n")
+    failed = [r.cell.name for r in results if not r.ok]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
 
 
 @app.command()

@@ -28,8 +28,7 @@ def connect() -> docker.DockerClient:
         client = docker.from_env(timeout=120)
         client.ping()
     except DockerException as exc:
-        reason = str(exc).splitlines()[0][:200]
-        raise EngineError(f"no container engine answers at {where} ({reason}): {START_HINT}") from None
+        raise EngineError(f"no container engine answers at {where} ({_reason(exc)}): {START_HINT}") from None
     return client
 
 
@@ -39,8 +38,10 @@ class Mount:
     target: str
     read_only: bool = True
 
-    def as_volume(self) -> tuple[str, dict[str, str]]:
-        return str(self.source.resolve()), {"bind": self.target, "mode": "ro" if self.read_only else "rw"}
+    def as_docker(self) -> docker.types.Mount:
+        # A bind mount, not a `volumes=` entry: those also declare image volumes,
+        # which an image committed from the container would then carry.
+        return docker.types.Mount(self.target, str(self.source.resolve()), type="bind", read_only=self.read_only)
 
 
 @dataclass(frozen=True)
@@ -83,19 +84,28 @@ def container(
         client.images.get(image)
     except ImageNotFound:
         raise EngineError(f"image {image} is not present in the engine (it is never pulled): build it first") from None
-    handle = client.containers.create(
-        image,
-        command=["sleep", "infinity"],
-        name=name,
-        network_mode=network,
-        user=user or f"{os.getuid()}:{os.getgid()}",
-        environment=env or {},
-        volumes=dict(m.as_volume() for m in mounts),
-        labels={"kernel-matrix": "1"},
-        detach=True,
-    )
+    try:
+        handle = client.containers.create(
+            image,
+            command=["sleep", "infinity"],
+            name=name,
+            network_mode=network,
+            user=user or f"{os.getuid()}:{os.getgid()}",
+            environment=env or {},
+            mounts=[m.as_docker() for m in mounts],
+            labels={"kernel-matrix": "1"},
+            detach=True,
+        )
+    except DockerException as exc:
+        raise EngineError(f"cannot create a container of {image}: {_reason(exc)}") from None
     try:
         handle.start()
         yield Container(handle=handle, name=handle.name)
+    except DockerException as exc:
+        raise EngineError(f"container of {image}: {_reason(exc)}") from None
     finally:
         handle.remove(force=True)
+
+
+def _reason(exc: DockerException) -> str:
+    return (getattr(exc, "explanation", None) or str(exc)).splitlines()[0][:300]

@@ -1,0 +1,117 @@
+"""Build matrix cells in containers: the builder image of the cell's torch (and
+CUDA), the kernel mounted read-only, the network off, and inside it the same
+`kernel-matrix build` that builds natively, writing the variant (atomically)
+into the mounted build folder as the invoking user."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from . import images
+from .engine import Mount, container
+from .errors import BuildError, KernelMatrixError
+from .matrix import Cell
+from .provenance import SOURCE_GIT_ENV, git_state
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class CellResult:
+    cell: Cell
+    ok: bool
+    seconds: float
+    image: str | None
+    message: str  # the error line, or the variant directory
+    log: Path | None
+
+
+def build_cells(
+    client: docker.DockerClient,
+    cells: list[Cell],
+    *,
+    kernel_dir: Path,
+    build_dir: Path,
+    image_kind: str,
+    jobs: int | None,
+    log=print,
+) -> list[CellResult]:
+    """Every cell, one after the other; a failing cell never stops the others."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    pip = images.PipSetup.from_host()
+    results = []
+    for cell in cells:
+        started = time.monotonic()
+        image = None
+        try:
+            base = images.offline_base(client, log=log) if image_kind == "offline" else cell.image
+            image = images.builder_image(
+                client,
+                base,
+                torch=cell.variant.torch,
+                cuda=cell.variant.cuda,
+                torch_index=cell.torch_index,
+                pip=pip,
+                log=log,
+            )
+            variant_dir = build_cell(client, cell, image, kernel_dir=kernel_dir, build_dir=build_dir, jobs=jobs)
+            results.append(CellResult(cell, True, time.monotonic() - started, image, str(variant_dir), None))
+        except KernelMatrixError as exc:
+            log_path = build_dir / "logs" / f"{cell.name}.log"
+            results.append(
+                CellResult(
+                    cell,
+                    False,
+                    time.monotonic() - started,
+                    image,
+                    str(exc).splitlines()[0],
+                    log_path if log_path.exists() else None,
+                )
+            )
+    return results
+
+
+def build_cell(
+    client: docker.DockerClient, cell: Cell, image: str, *, kernel_dir: Path, build_dir: Path, jobs: int | None
+) -> Path:
+    kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
+    source = git_state(kernel_dir)
+    env = {"PYTHONPATH": "/opt/kernel-matrix", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+    if source is not None:
+        env[SOURCE_GIT_ENV] = f"{source.commit}:{int(source.dirty)}"  # the container has no git
+    if cell.variant.cuda:
+        env["CUDA_HOME"] = images.CUDA_HOME
+    mounts = [
+        Mount(kernel_dir, "/src"),
+        Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
+        Mount(build_dir, "/out", read_only=False),
+    ]
+    argv = [
+        f"{images.VENV}/bin/python",
+        "-m",
+        "kernel_matrix",
+        "build",
+        "--kernel-dir",
+        "/src",
+        "--build-dir",
+        "/out",
+        "--backend",
+        cell.variant.backend,
+        *(["--jobs", str(jobs)] if jobs else []),
+    ]
+    with container(client, image, mounts=mounts, network="none", env=env) as box:
+        result = box.run(argv)
+    log_path = build_dir / "logs" / f"{cell.name}.container.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(f"$ {' '.join(argv)}\n{result.output}")
+    if result.exit_code != 0:
+        last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
+        raise BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
+    variant_dir = build_dir / cell.name
+    if not (variant_dir / "metadata.json").is_file():
+        raise BuildError(f"{cell.name}: the build in {image} made no {variant_dir} (see {log_path})")
+    return variant_dir

@@ -1,0 +1,157 @@
+"""Builder images, tagged by a hash of everything that goes into them, so an
+unchanged image is found and reused, never rebuilt.
+
+The offline base is for hosts without a container registry (our CI): a Debian
+root filesystem from debootstrap, imported. A builder image adds, in a venv at
+/opt/km, the cell's torch (headers and libraries; not imported at build time),
+the CUDA toolchain from PyPI's nvidia-cuda-* wheels for CUDA cells, and what
+kernel-matrix's build command imports. kernel-matrix itself is mounted at build
+time, so changing it never invalidates an image."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from .engine import Mount, container
+from .errors import EngineError
+
+OFFLINE_SUITE = "bookworm"
+OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
+# What `python -m kernel_matrix build` imports, besides the standard library.
+BUILD_TOOL_REQUIREMENTS = ("typer>=0.12", "rich>=13", "pydantic>=2.6", "pyyaml>=6", "packaging>=23")
+# PyPI's CUDA toolchain: one folder (nvidia/cu<major>/) laid out like a toolkit.
+CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
+VENV = "/opt/km"
+CUDA_HOME = "/opt/cuda"
+LABEL = "kernel-matrix.image"
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _present(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this host's apt uses (so proxies and mirrors carry over)."""
+    for source in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        text = source.read_text(errors="replace") if source.is_file() else ""
+        for line in text.splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"] and "security" not in words[1]:
+                return words[1]
+            if words[:1] == ["deb"] and "debian" in line and "security" not in line:
+                return next(w for w in words[1:] if "://" in w)
+    return "http://deb.debian.org/debian"
+
+
+def offline_base(client: docker.DockerClient, log=print) -> str:
+    mirror = debian_mirror()
+    tag = f"kernel-matrix/offline-base:{_digest(OFFLINE_SUITE, mirror, OFFLINE_PACKAGES)}"
+    if _present(client, tag):
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise EngineError("the offline base image needs debootstrap (apt-get install debootstrap)")
+    log(f"creating {tag} with debootstrap from {mirror} (about a minute)")
+    with tempfile.TemporaryDirectory(prefix="km-rootfs-") as rootfs:
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(OFFLINE_PACKAGES)}",
+                OFFLINE_SUITE,
+                rootfs,
+                mirror,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        data = subprocess.run(["tar", "-C", rootfs, "-c", "."], check=True, capture_output=True).stdout
+    repository, version = tag.split(":")
+    client.api.import_image_from_data(data, repository=repository, tag=version, changes=[f'LABEL {LABEL}="base"'])
+    return tag
+
+
+@dataclass(frozen=True)
+class PipSetup:
+    """The host's pip configuration, passed into image builds: mirrors and
+    extra indexes in the environment, the folders they name mounted read-only,
+    and a CA bundle for proxies that intercept TLS."""
+
+    env: dict[str, str]
+    mounts: tuple[Mount, ...]
+
+    @staticmethod
+    def from_host(ca_bundle: Path | None = None) -> PipSetup:
+        config = subprocess.run(["pip", "config", "list"], capture_output=True, text=True, check=False).stdout
+        env: dict[str, str] = {}
+        for line in config.splitlines():
+            key, _, value = line.partition("=")
+            name = key.split(".", 1)[-1].strip()
+            if name in ("index-url", "extra-index-url", "find-links", "cert", "trusted-host", "constraint"):
+                env[f"PIP_{name.upper().replace('-', '_')}"] = value.strip().strip("'\"")
+        ca = ca_bundle or (Path(env["PIP_CERT"]) if "PIP_CERT" in env else None)
+        folders = set()
+        for value in (env.get("PIP_EXTRA_INDEX_URL", ""), env.get("PIP_INDEX_URL", ""), env.get("PIP_FIND_LINKS", "")):
+            for item in value.split():
+                path = Path(item.removeprefix("file://"))
+                if (item.startswith("file://") or item.startswith("/")) and path.exists():
+                    folder = path if path.is_dir() else path.parent
+                    # A simple index links its files relative to itself (../../files/...).
+                    folders.add(folder.parent if folder.name == "simple" else folder)
+        constraint = env.get("PIP_CONSTRAINT")
+        if constraint and Path(constraint).exists():
+            folders.add(Path(constraint).parent)
+        mounts = [Mount(folder, str(folder)) for folder in sorted(folders)]
+        if ca is not None and ca.exists():
+            mounts.append(Mount(ca, "/etc/kernel-matrix/ca.pem"))
+            env["PIP_CERT"] = "/etc/kernel-matrix/ca.pem"
+        return PipSetup(env=env, mounts=tuple(mounts))
+
+
+def builder_image(
+    client: docker.DockerClient, base: str, *, torch: str, cuda: str | None, torch_index: str, pip: PipSetup, log=print
+) -> str:
+    """The builder for one torch minor (and CUDA version): found by its hash, else made once."""
+    base_id = client.images.get(base).id
+    packages = [f"torch=={torch}.*"] + ([f"{w}=={cuda}.*" for w in CUDA_WHEELS] if cuda else [])
+    digest = _digest(base_id, packages, torch_index, BUILD_TOOL_REQUIREMENTS, sorted(pip.env.items()))
+    compute = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-{compute}-{digest}"
+    if _present(client, tag):
+        return tag
+    log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
+    pip_install = [f"{VENV}/bin/pip", "install", "--quiet", "--no-cache-dir", "--disable-pip-version-check"]
+    index = [] if torch_index == "pypi" else ["--index-url", torch_index]
+    steps = [
+        ["python3", "-m", "venv", VENV],
+        [*pip_install, *BUILD_TOOL_REQUIREMENTS],
+        # torch is only compiled and linked against: its runtime dependencies stay out.
+        [*pip_install, "--no-deps", *index, *packages],
+    ]
+    script = " && ".join(shlex.join(step) for step in steps)
+    if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
+        script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda.split('.')[0]} {CUDA_HOME}"
+    # Registries are needed here, so this step runs on the host network (no bridge exists).
+    with container(client, base, mounts=pip.mounts, network="host", user="0:0", env=pip.env) as box:
+        result = box.run(["sh", "-c", script])
+        if result.exit_code != 0:
+            raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
+        repository, version = tag.split(":")
+        box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
+    return tag

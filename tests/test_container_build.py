@@ -1,0 +1,122 @@
+"""Matrix cells built in containers on a real engine, from the offline base
+(debootstrap) and a builder image made once and reused."""
+
+import json
+import os
+
+import pytest
+from conftest import KERNEL_DIR, kernel_matrix
+
+from kernel_matrix import container_build
+from kernel_matrix.errors import BuildError, ExitCode
+from kernel_matrix.matrix import Machine, load_matrix, select
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="module")
+def engine_env():
+    from kernel_matrix.engine import connect
+    from kernel_matrix.errors import EngineError
+
+    try:
+        connect()
+    except EngineError as exc:
+        if os.environ.get("KERNEL_MATRIX_REQUIRE_ENGINE"):
+            raise
+        pytest.skip(str(exc))
+    return {**os.environ}
+
+
+@pytest.fixture(scope="module")
+def local_cuda_cell(engine_env):
+    """The newest torch's cell this host's CUDA toolchain builds (cu130 here)."""
+    from kernel_matrix.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc: the local profile has no CUDA cell")
+    cells = select(
+        load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
+        profile="local",
+        machine=Machine(arch="x86_64", nvcc=nvcc.version),
+    )
+    return max(cells, key=lambda c: c.variant.torch.split("."))
+
+
+def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp_path):
+    name = local_cuda_cell.name
+    result = kernel_matrix("build", "--variant", name, "--image", "offline", "--build-dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    variant = tmp_path / name
+    metadata = json.loads((variant / "metadata.json").read_text())
+    assert metadata["backend"]["type"] == "cuda" and metadata["provenance"]["kernel"]["commit"]
+    assert (tmp_path / "summary.md").read_text().count(f"| {name} | ok |") == 1
+    # Outputs belong to the invoking user, not the container's root.
+    assert all(p.stat().st_uid == os.getuid() for p in variant.rglob("*"))
+    import torch
+
+    if torch.__version__.startswith(local_cuda_cell.variant.torch + "."):
+        tested = kernel_matrix("test", str(variant), "--pytest-arg=-q")
+        assert tested.returncode == 0, tested.stdout[-3000:]
+    abi = kernel_matrix("check-abi", str(variant), "--manylinux", "none")
+    assert abi.returncode == 0, abi.stderr
+
+
+def test_rebuilding_reuses_the_images(local_cuda_cell, tmp_path):
+    result = kernel_matrix(
+        "build", "--variant", local_cuda_cell.name, "--image", "offline", "--build-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "creating kernel-matrix/" not in result.stderr  # made by the test above, found by hash
+
+
+def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, tmp_path):
+    cu = kernel_copy / "csrc" / "img2gray_cuda.cu"
+    cu.write_text(cu.read_text() + "\nthis does not compile;\n")
+    result = kernel_matrix(
+        "build",
+        "--variant",
+        local_cuda_cell.name,
+        "--image",
+        "offline",
+        "--kernel-dir",
+        str(kernel_copy),
+        "--build-dir",
+        str(tmp_path),
+    )
+    assert result.returncode == ExitCode.BUILD
+    assert "FAILED" in result.stdout and f"1 of 1 cells failed: {local_cuda_cell.name}" in result.stderr
+    logs = tmp_path / "logs"
+    assert "img2gray_cuda.cu(" in (logs / f"{local_cuda_cell.name}.container.log").read_text()
+    assert "this does not compile" in (logs / f"{local_cuda_cell.name}.log").read_text()  # the compiler's own log
+    assert not (tmp_path / local_cuda_cell.name).exists()
+
+
+def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
+    cells = select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"), only="torch=2.14,arch=x86_64")
+    built = []
+
+    def fake_build(client, cell, image, **kwargs):
+        if cell.variant.cuda == "12.6":
+            raise BuildError(f"{cell.name}: compile failed")
+        built.append(cell.name)
+        return tmp_path / cell.name
+
+    monkeypatch.setattr(container_build, "build_cell", fake_build)
+    monkeypatch.setattr(container_build.images, "offline_base", lambda client, log: "base")
+    monkeypatch.setattr(container_build.images, "builder_image", lambda client, base, **kw: "builder")
+    results = container_build.build_cells(
+        None, cells, kernel_dir=KERNEL_DIR, build_dir=tmp_path, image_kind="offline", jobs=None, log=lambda m: None
+    )
+    assert [r.ok for r in results] == [c.variant.cuda != "12.6" for c in cells]
+    assert built == [c.name for c in cells if c.variant.cuda != "12.6"]
+
+
+def test_no_engine_is_one_line_with_its_exit_code(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    result = kernel_matrix(
+        "build", "--variant", "torch214-cxx11-cu130-x86_64-linux", "--build-dir", str(tmp_path), env=env
+    )
+    assert result.returncode == ExitCode.ENGINE
+    assert result.stderr.count("\n") == 1 and "scripts/docker-engine start" in result.stderr
