@@ -105,6 +105,14 @@ def build(
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
     if profile or only or variant:
+        from .errors import ConfigError
+
+        if python or backend:
+            raise ConfigError(
+                "--python and --backend are for native builds; a container build takes both from the cell"
+            )
+        if image not in (None, "offline", "official"):
+            raise ConfigError(f"--image {image}: expected offline or official")
         _build_in_containers(kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs)
         return
     from .native_build import build_variant, plan_build
@@ -298,6 +306,12 @@ def publish(
     repo_id = repo_id or config.general.hub.repo_id
     if not repo_id:
         raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
     expected = [c.name for c in select(load_matrix(file), profile=profile)]
     release = prepare_release(
         config, build_dir, expected, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
@@ -349,9 +363,6 @@ def main() -> None:
         for line in str(exc).splitlines():  # one line per problem
             console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
         raise SystemExit(int(exc.exit_code)) from None
-    except KeyboardInterrupt:
-        console.print("[red]interrupted[/]")
-        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

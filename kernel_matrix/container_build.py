@@ -5,6 +5,8 @@ into the mounted build folder as the invoking user."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +15,11 @@ import docker
 
 from . import images
 from .engine import Mount, container
-from .errors import BuildError, KernelMatrixError
+from .errors import BuildError, EngineError, KernelMatrixError
 from .matrix import Cell
 from .provenance import SOURCE_GIT_ENV, git_state
+from .variant_dir import replace_dir
+from .variants import host_arch
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -27,7 +31,6 @@ class CellResult:
     seconds: float
     image: str | None
     message: str  # the error line, or the variant directory
-    log: Path | None
 
 
 def build_cells(
@@ -59,25 +62,20 @@ def build_cells(
                 log=log,
             )
             variant_dir = build_cell(client, cell, image, kernel_dir=kernel_dir, build_dir=build_dir, jobs=jobs)
-            results.append(CellResult(cell, True, time.monotonic() - started, image, str(variant_dir), None))
-        except KernelMatrixError as exc:
-            log_path = build_dir / "logs" / f"{cell.name}.log"
-            results.append(
-                CellResult(
-                    cell,
-                    False,
-                    time.monotonic() - started,
-                    image,
-                    str(exc).splitlines()[0],
-                    log_path if log_path.exists() else None,
-                )
-            )
+            results.append(CellResult(cell, True, time.monotonic() - started, image, str(variant_dir)))
+        except (KernelMatrixError, docker.errors.DockerException) as exc:
+            # One cell's failure is recorded; the next cell still builds.
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            results.append(CellResult(cell, False, time.monotonic() - started, image, message))
     return results
 
 
 def build_cell(
     client: docker.DockerClient, cell: Cell, image: str, *, kernel_dir: Path, build_dir: Path, jobs: int | None
 ) -> Path:
+    """Build one cell; its variant replaces build_dir/<cell> only if the build made exactly that variant."""
+    if cell.variant.arch != host_arch():
+        raise EngineError(f"{cell.name}: an {cell.variant.arch} cell cannot be built on this {host_arch()} host")
     kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
     source = git_state(kernel_dir)
     env = {"PYTHONPATH": "/opt/kernel-matrix", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -85,33 +83,43 @@ def build_cell(
         env[SOURCE_GIT_ENV] = f"{source.commit}:{int(source.dirty)}"  # the container has no git
     if cell.variant.cuda:
         env["CUDA_HOME"] = images.CUDA_HOME
-    mounts = [
-        Mount(kernel_dir, "/src"),
-        Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
-        Mount(build_dir, "/out", read_only=False),
-    ]
-    argv = [
-        f"{images.VENV}/bin/python",
-        "-m",
-        "kernel_matrix",
-        "build",
-        "--kernel-dir",
-        "/src",
-        "--build-dir",
-        "/out",
-        "--backend",
-        cell.variant.backend,
-        *(["--jobs", str(jobs)] if jobs else []),
-    ]
-    with container(client, image, mounts=mounts, network="none", env=env) as box:
-        result = box.run(argv)
-    log_path = build_dir / "logs" / f"{cell.name}.container.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(f"$ {' '.join(argv)}\n{result.output}")
-    if result.exit_code != 0:
-        last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
-        raise BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
-    variant_dir = build_dir / cell.name
-    if not (variant_dir / "metadata.json").is_file():
-        raise BuildError(f"{cell.name}: the build in {image} made no {variant_dir} (see {log_path})")
-    return variant_dir
+    logs = build_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    # The container writes into a folder of its own: what it made is checked
+    # before it may replace anything in build_dir.
+    with tempfile.TemporaryDirectory(prefix=f".{cell.name}.container-", dir=build_dir) as private:
+        Path(private).chmod(0o755)
+        mounts = [
+            Mount(kernel_dir, "/src"),
+            Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
+            Mount(Path(private), "/out", read_only=False),
+        ]
+        argv = [
+            f"{images.VENV}/bin/python",
+            "-m",
+            "kernel_matrix",
+            "build",
+            "--kernel-dir",
+            "/src",
+            "--build-dir",
+            "/out",
+            "--backend",
+            cell.variant.backend,
+            *(["--jobs", str(jobs)] if jobs else []),
+        ]
+        with container(client, image, mounts=mounts, network="none", env=env) as box:
+            result = box.run(argv)
+        log_path = logs / f"{cell.name}.container.log"
+        log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
+        for inner_log in (Path(private) / "logs").glob("*.log"):
+            shutil.copyfile(inner_log, logs / inner_log.name)
+        if result.exit_code != 0:
+            last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
+            last = last.replace("/out/", f"{build_dir}/")
+            raise BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
+        made = sorted(p.name for p in Path(private).iterdir() if (p / "metadata.json").is_file())
+        if made != [cell.name]:
+            raise BuildError(f"{cell.name}: the build in {image} made {made or 'nothing'} (see {log_path})")
+        final = build_dir / cell.name
+        replace_dir(Path(private) / cell.name, final)
+    return final

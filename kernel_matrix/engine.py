@@ -25,7 +25,9 @@ def connect() -> docker.DockerClient:
     """A client for the engine at DOCKER_HOST (or the default socket); EngineError if none answers."""
     where = os.environ.get("DOCKER_HOST", "the default socket")
     try:
-        client = docker.from_env(timeout=120)
+        # Commands in containers (pip, compilers) can run long and print nothing:
+        # the client's socket timeout must not cut them off.
+        client = docker.from_env(timeout=6 * 3600)
         client.ping()
     except DockerException as exc:
         raise EngineError(f"no container engine answers at {where} ({_reason(exc)}): {START_HINT}") from None
@@ -94,6 +96,9 @@ def container(
             environment=env or {},
             mounts=[m.as_docker() for m in mounts],
             labels={"kernel-matrix": "1"},
+            # Builds need no privileges: none are granted, and none can be gained.
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
             detach=True,
         )
     except DockerException as exc:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "ca-certifi
 BUILD_TOOL_REQUIREMENTS = ("typer>=0.12", "rich>=13", "pydantic>=2.6", "pyyaml>=6", "packaging>=23")
 # PyPI's CUDA toolchain: one folder (nvidia/cu<major>/) laid out like a toolkit.
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
+OFFLINE_CUDA_MAJOR = "13"
 VENV = "/opt/km"
 CUDA_HOME = "/opt/cuda"
 LABEL = "kernel-matrix.image"
@@ -48,15 +51,14 @@ def _present(client: docker.DockerClient, tag: str) -> bool:
 
 
 def debian_mirror() -> str:
-    """The Debian mirror this host's apt uses (so proxies and mirrors carry over)."""
+    """The Debian archive this host's apt uses (so its mirror or proxy carries
+    over); deb.debian.org when it uses none."""
     for source in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
         text = source.read_text(errors="replace") if source.is_file() else ""
-        for line in text.splitlines():
-            words = line.split()
-            if words[:1] == ["URIs:"] and "security" not in words[1]:
-                return words[1]
-            if words[:1] == ["deb"] and "debian" in line and "security" not in line:
-                return next(w for w in words[1:] if "://" in w)
+        for word in text.split():
+            # The main archive: a URI whose path ends in /debian (not -security, nor a vendor's repo).
+            if "://" in word and word.rstrip("/").endswith("/debian") and "docker" not in word:
+                return word.rstrip("/")
     return "http://deb.debian.org/debian"
 
 
@@ -69,22 +71,24 @@ def offline_base(client: docker.DockerClient, log=print) -> str:
         raise EngineError("the offline base image needs debootstrap (apt-get install debootstrap)")
     log(f"creating {tag} with debootstrap from {mirror} (about a minute)")
     with tempfile.TemporaryDirectory(prefix="km-rootfs-") as rootfs:
-        subprocess.run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(OFFLINE_PACKAGES)}",
-                OFFLINE_SUITE,
-                rootfs,
-                mirror,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        data = subprocess.run(["tar", "-C", rootfs, "-c", "."], check=True, capture_output=True).stdout
+        include = f"--include={','.join(OFFLINE_PACKAGES)}"
+        _run_or_explain(["debootstrap", "--variant=minbase", include, OFFLINE_SUITE, rootfs, mirror], tag)
+        data = _run_or_explain(["tar", "-C", rootfs, "-c", "."], tag)
     repository, version = tag.split(":")
-    client.api.import_image_from_data(data, repository=repository, tag=version, changes=[f'LABEL {LABEL}="base"'])
+    try:
+        client.api.import_image_from_data(data, repository=repository, tag=version, changes=[f'LABEL {LABEL}="base"'])
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"importing {tag} failed: {str(exc).splitlines()[0][:300]}") from None
     return tag
+
+
+def _run_or_explain(argv: list[str], tag: str) -> bytes:
+    try:
+        return subprocess.run(argv, check=True, capture_output=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        stderr = getattr(exc, "stderr", None) or str(exc).encode()
+        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise EngineError(f"creating {tag}: {argv[0]} failed: {tail[0][:300]}") from None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,9 @@ class PipSetup:
 
     @staticmethod
     def from_host(ca_bundle: Path | None = None) -> PipSetup:
-        config = subprocess.run(["pip", "config", "list"], capture_output=True, text=True, check=False).stdout
+        config = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+        ).stdout
         env: dict[str, str] = {}
         for line in config.splitlines():
             key, _, value = line.partition("=")
@@ -117,6 +123,9 @@ class PipSetup:
         constraint = env.get("PIP_CONSTRAINT")
         if constraint and Path(constraint).exists():
             folders.add(Path(constraint).parent)
+        for proxy in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy"):
+            if proxy in os.environ:
+                env[proxy] = os.environ[proxy]
         mounts = [Mount(folder, str(folder)) for folder in sorted(folders)]
         if ca is not None and ca.exists():
             mounts.append(Mount(ca, "/etc/kernel-matrix/ca.pem"))
@@ -128,7 +137,18 @@ def builder_image(
     client: docker.DockerClient, base: str, *, torch: str, cuda: str | None, torch_index: str, pip: PipSetup, log=print
 ) -> str:
     """The builder for one torch minor (and CUDA version): found by its hash, else made once."""
-    base_id = client.images.get(base).id
+    if cuda and cuda.split(".")[0] != OFFLINE_CUDA_MAJOR:
+        raise EngineError(
+            f"CUDA {cuda}: builder images take the CUDA toolchain from PyPI, which has a complete nvcc only for "
+            f"CUDA {OFFLINE_CUDA_MAJOR}.x; build CUDA {cuda} cells on an official CUDA image"
+        )
+    try:
+        base_id = client.images.get(base).id
+    except docker.errors.ImageNotFound:
+        raise EngineError(
+            f"base image {base} is not present in the engine (it is never pulled): pull or build it first, "
+            "or use --image offline"
+        ) from None
     packages = [f"torch=={torch}.*"] + ([f"{w}=={cuda}.*" for w in CUDA_WHEELS] if cuda else [])
     digest = _digest(base_id, packages, torch_index, BUILD_TOOL_REQUIREMENTS, sorted(pip.env.items()))
     compute = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
@@ -136,20 +156,32 @@ def builder_image(
     if _present(client, tag):
         return tag
     log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
-    pip_install = [f"{VENV}/bin/pip", "install", "--quiet", "--no-cache-dir", "--disable-pip-version-check"]
+    # Wheels only: no package's setup code runs in this (root, networked) step.
+    pip_install = [
+        f"{VENV}/bin/pip",
+        "install",
+        "--quiet",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+    ]
     index = [] if torch_index == "pypi" else ["--index-url", torch_index]
     steps = [
         ["python3", "-m", "venv", VENV],
         [*pip_install, *BUILD_TOOL_REQUIREMENTS],
         # torch is only compiled and linked against: its runtime dependencies stay out.
-        [*pip_install, "--no-deps", *index, *packages],
+        [*pip_install, "--no-deps", *index, f"torch=={torch}.*"],
+        # The CUDA toolchain comes from PyPI, whatever index torch comes from.
+        *([[*pip_install, "--no-deps", *(f"{w}=={cuda}.*" for w in CUDA_WHEELS)]] if cuda else []),
     ]
     script = " && ".join(shlex.join(step) for step in steps)
     if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
         script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda.split('.')[0]} {CUDA_HOME}"
     # Registries are needed here, so this step runs on the host network (no bridge exists).
-    with container(client, base, mounts=pip.mounts, network="host", user="0:0", env=pip.env) as box:
-        result = box.run(["sh", "-c", script])
+    # The pip settings go to the command, not the container: `docker commit`
+    # would otherwise keep them (index credentials too) in the image.
+    with container(client, base, mounts=pip.mounts, network="host", user="0:0") as box:
+        result = box.run(["sh", "-c", script], env=pip.env)
         if result.exit_code != 0:
             raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
         repository, version = tag.split(":")

@@ -104,7 +104,8 @@ def plan_build(kernel_dir: Path, *, python: str | None = None, backend: str | No
             if k.backend == "cuda"
             for cap in (k.cuda_capabilities or [])
         ] or None
-        capabilities = select_capabilities(requested, cuda)
+        # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
+        capabilities = select_capabilities(requested, nvcc.version)
         if not capabilities:
             raise ConfigError(
                 f"{kernel_dir / 'build.toml'}: none of cuda-capabilities {requested} can be built with CUDA {cuda}"

@@ -99,14 +99,16 @@ def branch_head(api: HfApi, repo_id: str, branch: str) -> str | None:
 
 
 def remote_build_files(api: HfApi, repo_id: str, revision: str) -> dict[str, str]:
-    """path -> blob oid of every file under build/ at revision."""
+    """path -> content id of every file under build/ at revision: the sha256 of
+    LFS/Xet files (the Hub stores binaries so; their blob oid hashes the pointer),
+    else the git blob oid."""
     from huggingface_hub.hf_api import RepoFile
 
     try:
         entries = api.list_repo_tree(
             repo_id, path_in_repo="build", recursive=True, revision=revision, repo_type=REPO_TYPE
         )
-        return {e.path: e.blob_id for e in entries if isinstance(e, RepoFile)}
+        return {e.path: (e.lfs.sha256 if e.lfs else e.blob_id) for e in entries if isinstance(e, RepoFile)}
     except HfHubHTTPError as exc:
         if getattr(exc, "response", None) is not None and exc.response.status_code == 404:
             return {}  # no build/ folder yet
@@ -121,8 +123,9 @@ def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -
     local_paths = set()
     for file in files:
         local_paths.add(file.path_in_repo)
-        oid = remote.get(file.path_in_repo)
-        (plan.added if oid is None else plan.unchanged if oid == file.blob_oid else plan.changed).append(file)
+        remote_id = remote.get(file.path_in_repo)
+        same = remote_id in (file.blob_oid, file.sha256)
+        (plan.added if remote_id is None else plan.unchanged if same else plan.changed).append(file)
     plan.deleted = sorted(set(remote) - local_paths)
     return plan
 
@@ -188,12 +191,22 @@ def publish(
         plan, commit = with_retries(commit_release, retry, log)
         card_commit = with_retries(lambda: _update_card(api, repo_id, card), retry, log)
         if tag:
-            with_retries(
-                lambda: api.create_tag(repo_id, tag=tag, revision=branch, repo_type=REPO_TYPE, exist_ok=True),
-                retry,
-                log,
-            )
+            release = commit or plan.parent_commit  # the commit that holds this release
+            with_retries(lambda: _tag(api, repo_id, tag, release), retry, log)
     return Outcome(plan=plan, commit=commit, card_commit=card_commit, tag=tag)
+
+
+def _tag(api: HfApi, repo_id: str, tag: str, commit: str) -> None:
+    """Tag the release commit; an existing tag must already point at it."""
+    refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+    existing = next((ref.target_commit for ref in refs.tags if ref.name == tag), None)
+    if existing is None:
+        api.create_tag(repo_id, tag=tag, revision=commit, repo_type=REPO_TYPE)
+    elif existing != commit:
+        raise PublishError(
+            f"{repo_id}: tag {tag} already points at {existing[:12]}, not at this release "
+            f"({commit[:12]}): use a new tag"
+        )
 
 
 def _update_card(api: HfApi, repo_id: str, card: str) -> str | None:
@@ -249,8 +262,8 @@ class explain_refusals:
             ) from None
         if transient(exc):
             raise NetworkError(
-                f"{self.repo_id}: {_endpoint()} kept failing ({_short(exc)}); nothing was "
-                "published by the failed step: run publish again"
+                f"{self.repo_id}: {_endpoint()} kept failing ({_short(exc)}); the failed step changed "
+                "nothing: run publish again"
             ) from None
         if isinstance(exc, HfHubHTTPError):
             raise PublishError(f"{self.repo_id}: {_endpoint()} refused: {_short(exc)}") from None

@@ -20,6 +20,7 @@ class ReleaseFile:
     local: Path
     size: int
     blob_oid: str  # git's blob sha1, what the Hub's tree reports for plain files
+    sha256: str  # what it reports for LFS/Xet files (binaries such as the .so)
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -66,7 +67,11 @@ def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 data = path.read_bytes()
                 relative = path.relative_to(build_dir).as_posix()
-                files.append(ReleaseFile(f"build/{relative}", path, len(data), git_blob_oid(data)))
+                files.append(
+                    ReleaseFile(
+                        f"build/{relative}", path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest()
+                    )
+                )
     return files
 
 

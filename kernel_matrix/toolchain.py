@@ -70,7 +70,8 @@ def probe_torch(python: str | None = None) -> TorchInstall:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run the Python interpreter {python!r}: {exc}") from None
     if result.returncode != 0:
-        raise ToolchainError(f"probing torch with {python} failed: {result.stderr.strip().splitlines()[-1:]}")
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolchainError(f"probing torch with {python} failed: {last}")
     info = json.loads(result.stdout)
     if "error" in info:
         raise ToolchainError(info["error"])

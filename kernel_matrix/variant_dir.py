@@ -109,12 +109,13 @@ def staged(final: Path) -> Iterator[Path]:
     stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
     try:
         yield stage
-        _replace_dir(stage, final)
+        replace_dir(stage, final)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _replace_dir(new: Path, final: Path) -> None:
+def replace_dir(new: Path, final: Path) -> None:
+    """Move the directory new to final, replacing any old final whole."""
     # Directories cannot be renamed over non-empty ones: move the old one aside
     # first, so that `final` is never a mix of two builds.
     old = None

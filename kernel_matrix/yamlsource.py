@@ -57,6 +57,8 @@ def load_located(text: str) -> Located:
     """Parse text; raise YamlProblems (with positions) for anything malformed."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise YamlProblems([Problem(1, 1, "the document is nested too deeply")]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -77,7 +79,10 @@ def load_located(text: str) -> Located:
         )
     located = Located(data=None)
     builder = _Builder(located)
-    located.data = builder.build(root, ())
+    try:
+        located.data = builder.build(root, ())
+    except RecursionError:
+        raise YamlProblems([Problem(1, 1, "the document is nested too deeply")]) from None
     if builder.problems:
         raise YamlProblems(builder.problems)
     return located
@@ -97,8 +102,11 @@ class _Builder:
         self.nodes = 0
         self.problems: list[Problem] = []
         self.constructor = yaml.SafeLoader("")  # only its scalar constructors are used
+        self.open_nodes: set[int] = set()  # the collections being built, to catch a cycle
 
     def build(self, node: yaml.Node, path: Path_) -> Any:
+        if id(node) in self.open_nodes:
+            raise YamlProblems([Problem(*_where(node), "an alias refers to a value that contains it (a cycle)")])
         if node.tag not in _PLAIN_TAGS:
             self.problems.append(Problem(*_where(node), f"unsupported tag {node.tag!r}"))
             return None
@@ -112,6 +120,15 @@ class _Builder:
                     )
                 ]
             )
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            self.open_nodes.add(id(node))
+            try:
+                return self._collection(node, path)
+            finally:
+                self.open_nodes.discard(id(node))
+        return self._scalar(node, path)
+
+    def _collection(self, node: yaml.Node, path: Path_) -> Any:
         if isinstance(node, yaml.MappingNode):
             result: dict[str, Any] = {}
             for key_node, value_node in node.value:
@@ -139,6 +156,8 @@ class _Builder:
                 self.located.positions[child] = _where(item)
                 items.append(self.build(item, child))
             return items
+
+    def _scalar(self, node: yaml.Node, path: Path_) -> Any:
         self.located.raw[path] = node.value
         if node.tag == "tag:yaml.org,2002:float" and _MINOR_VERSION.match(node.value):
             return node.value  # a version: 2.10 must not become the float 2.1

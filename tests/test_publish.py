@@ -247,3 +247,37 @@ def test_an_incomplete_release_is_refused_unless_allowed(release_dir, hub, token
     assert result.returncode == ExitCode.CONFIG and "are not built" in result.stderr
     assert hub.requests == []
     assert publish(release_dir, hub, token, "--allow-partial").returncode == 0
+
+
+def test_lfs_files_are_compared_by_their_sha256(tmp_path):
+    # The Hub stores binaries through LFS/Xet: their tree blob oid hashes the
+    # pointer, so unchanged .so files must be recognised by sha256.
+    from huggingface_hub.hf_api import RepoFile
+
+    from kernel_matrix import publish as hub
+    from kernel_matrix.release import release_files
+
+    variant = tmp_path / "build" / "torch214-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)
+    (variant / "_ops.py").write_text("ops\n")
+    (variant / "lib.abi3.so").write_bytes(b"\x7fELF" + bytes(range(200)))
+    files = {f.path_in_repo: f for f in release_files(tmp_path / "build", [variant.name])}
+    so, ops = files[f"build/{variant.name}/lib.abi3.so"], files[f"build/{variant.name}/_ops.py"]
+
+    class Api:
+        def list_repo_refs(self, *args, **kwargs):
+            return type("Refs", (), {"branches": []})()
+
+        def list_repo_tree(self, *args, **kwargs):
+            return [
+                RepoFile(
+                    path=so.path_in_repo,
+                    size=so.size,
+                    oid="0" * 40,
+                    lfs={"oid": so.sha256, "size": so.size, "pointerSize": 130},
+                ),
+                RepoFile(path=ops.path_in_repo, size=ops.size, oid=ops.blob_oid),
+            ]
+
+    plan = hub.make_plan(Api(), "org/k", "v1", list(files.values()))
+    assert not plan.has_changes and len(plan.unchanged) == 2
