@@ -15,12 +15,13 @@ def default_capabilities(cuda_version: str, table: list[dict] | None = None) -> 
     return []
 
 
-def select_capabilities(requested: list[str] | None, cuda_version: str) -> list[str]:
-    """build.toml's list intersected with the CUDA version's defaults, ascending.
+def select_capabilities(requested: list[str] | None, cuda_version: str, defaults: list[str] | None = None) -> list[str]:
+    """build.toml's list intersected with the CUDA version's defaults (or the
+    given ones: a matrix cell's), ascending.
 
     An empty result is returned as is: the caller reports it against build.toml.
     """
-    defaults = default_capabilities(cuda_version)
+    defaults = default_capabilities(cuda_version) if defaults is None else defaults
     chosen = defaults if requested is None else [c for c in defaults if c in set(requested)]
     return sorted(chosen, key=Version)
 

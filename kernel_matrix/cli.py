@@ -25,6 +25,17 @@ console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 stdout = Console(width=None if sys.stdout.isatty() else 240)
 
 KernelDir = Annotated[Path, typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (build.toml).")]
+MatrixKernelDir = Annotated[
+    Path | None,
+    typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (default: the matrix file's `kernel`)."),
+]
+
+
+def _matrix_kernel_dir(option: Path | None, matrix) -> Path:
+    """--kernel-dir, else the matrix file's `kernel`, relative to the matrix file."""
+    return option if option is not None else matrix.path.parent / matrix.spec.kernel
+
+
 BuildDir = Annotated[Path, typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.")]
 Python = Annotated[
     str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
@@ -88,7 +99,7 @@ def matrix(
 
 @app.command()
 def build(
-    kernel_dir: KernelDir = Path("kernel"),
+    kernel_dir: MatrixKernelDir = None,
     build_dir: BuildDir = Path("build"),
     python: Python = None,
     backend: Annotated[
@@ -101,6 +112,10 @@ def build(
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: Annotated[
         str | None, typer.Option(help="Builder base for container builds: offline or official (default: the matrix's).")
+    ] = None,
+    cuda_capabilities: Annotated[
+        str | None,
+        typer.Option(help="Native builds: comma-separated list replacing the CUDA version's default capabilities."),
     ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
@@ -115,9 +130,15 @@ def build(
             raise ConfigError(f"--image {image}: expected offline or official")
         _build_in_containers(kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs)
         return
+    kernel_dir = kernel_dir or Path("kernel")
     from .native_build import build_variant, plan_build
 
-    plan = plan_build(kernel_dir, python=python, backend=backend)
+    plan = plan_build(
+        kernel_dir,
+        python=python,
+        backend=backend,
+        cuda_capabilities=cuda_capabilities.split(",") if cuda_capabilities else None,
+    )
     console.print(
         f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
         + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
@@ -164,7 +185,7 @@ def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, i
     results = build_cells(
         client,
         cells,
-        kernel_dir=kernel_dir,
+        kernel_dir=_matrix_kernel_dir(kernel_dir, matrix),
         build_dir=build_dir,
         image_kind=image or matrix.spec.image,
         jobs=jobs,
@@ -281,7 +302,7 @@ def publish(
     repo_id: Annotated[
         str | None, typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml).")
     ] = None,
-    kernel_dir: KernelDir = Path("kernel"),
+    kernel_dir: MatrixKernelDir = None,
     build_dir: BuildDir = Path("build"),
     file: MatrixFileOption = Path("build_matrix.yaml"),
     profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
@@ -302,6 +323,8 @@ def publish(
     from .matrix import load_matrix, select
     from .release import prepare_release
 
+    matrix = load_matrix(file)
+    kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
     config = load_build_toml(kernel_dir)
     repo_id = repo_id or config.general.hub.repo_id
     if not repo_id:
@@ -312,7 +335,7 @@ def publish(
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
-    expected = [c.name for c in select(load_matrix(file), profile=profile)]
+    expected = [c.name for c in select(matrix, profile=profile)]
     release = prepare_release(
         config, build_dir, expected, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
     )

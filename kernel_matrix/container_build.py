@@ -106,6 +106,8 @@ def build_cell(
             "--backend",
             cell.variant.backend,
             *(["--jobs", str(jobs)] if jobs else []),
+            # The matrix's capabilities for this CUDA version (its cuda-capabilities override, if any).
+            *(["--cuda-capabilities", ",".join(cell.capabilities)] if cell.capabilities else []),
         ]
         with container(client, image, mounts=mounts, network="none", env=env) as box:
             result = box.run(argv)

@@ -66,7 +66,14 @@ class BuildPlan:
         return digest.hexdigest()
 
 
-def plan_build(kernel_dir: Path, *, python: str | None = None, backend: str | None = None) -> BuildPlan:
+def plan_build(
+    kernel_dir: Path,
+    *,
+    python: str | None = None,
+    backend: str | None = None,
+    cuda_capabilities: list[str] | None = None,
+) -> BuildPlan:
+    """cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
     kernel_dir = kernel_dir.resolve()
     config = load_build_toml(kernel_dir)
     torch = probe_torch(python)
@@ -105,7 +112,7 @@ def plan_build(kernel_dir: Path, *, python: str | None = None, backend: str | No
             for cap in (k.cuda_capabilities or [])
         ] or None
         # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
-        capabilities = select_capabilities(requested, nvcc.version)
+        capabilities = select_capabilities(requested, nvcc.version, cuda_capabilities)
         if not capabilities:
             raise ConfigError(
                 f"{kernel_dir / 'build.toml'}: none of cuda-capabilities {requested} can be built with CUDA {cuda}"
