@@ -14,9 +14,10 @@ from .section import Section
 
 
 def _version_text(value: object) -> object:
-    # YAML reads 2.10 as the float 2.1: demand quotes rather than guess.
+    # The loader keeps major.minor numbers (2.10) as text; other numbers (13,
+    # 1e3) are not versions.
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise ValueError(f'write versions as quoted strings (e.g. "{value}"), YAML reads {value} as a number')
+        raise ValueError(f'expected a major.minor version such as "13.0", got the number {value}')
     return value
 
 
