@@ -3,6 +3,7 @@ developer can run locally; errors are one line on stderr and a distinct exit cod
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -379,7 +380,14 @@ def _print_plan(plan, *, dry_run: bool) -> None:
         stdout.print(f"  deleted  {path}", highlight=False)
 
 
+def _interrupt_on_sigterm(signum, frame) -> None:
+    # CI runners and `docker stop` send SIGTERM: unwind like Ctrl-C, so that
+    # containers are removed and staged builds deleted on the way out.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         app()
     except KernelMatrixError as exc:

@@ -3,6 +3,10 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
@@ -120,3 +124,39 @@ def test_no_engine_is_one_line_with_its_exit_code(tmp_path):
     )
     assert result.returncode == ExitCode.ENGINE
     assert result.stderr.count("\n") == 1 and "scripts/docker-engine start" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell, tmp_path, signum):
+    from kernel_matrix.engine import connect
+
+    client = connect()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kernel_matrix",
+            "build",
+            "--variant",
+            local_cuda_cell.name,
+            "--image",
+            "offline",
+            "--build-dir",
+            str(tmp_path),
+        ],
+        cwd=KERNEL_DIR.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not client.containers.list(filters={"label": "kernel-matrix"}) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    time.sleep(1)  # let the compile start inside
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode in (130, 128 + signum), stderr
+    assert client.containers.list(all=True, filters={"label": "kernel-matrix"}) == []
+    assert not (tmp_path / local_cuda_cell.name).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name != "logs"] == []
