@@ -197,7 +197,7 @@ def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, i
         table.add_column(column, overflow="fold")
     rows = []
     for r in results:
-        status = "ok" if r.ok else "FAILED"
+        status = r.status
         table.add_row(
             r.cell.name,
             f"[green]{status}[/]" if r.ok else f"[red]{status}[/]",

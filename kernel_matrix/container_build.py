@@ -5,6 +5,8 @@ into the mounted build folder as the invoking user."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -27,10 +29,39 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 @dataclass(frozen=True)
 class CellResult:
     cell: Cell
-    ok: bool
+    status: str  # "built", "up to date" or "FAILED"
     seconds: float
     image: str | None
     message: str  # the error line, or the variant directory
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "FAILED"
+
+
+def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    return [
+        (p.relative_to(root).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in skip
+    ]
+
+
+def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
+    """Everything a cell's variant is made from: the cell, the builder image, the
+    kernel's sources and kernel-matrix itself (not its tests or benchmarks)."""
+    parts = [
+        cell.to_json(),
+        image_id,
+        _file_digests(kernel_dir, skip=("tests", "benchmarks")),
+        _file_digests(PACKAGE_DIR),
+    ]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _inputs_record(build_dir: Path, cell: Cell) -> Path:
+    # Beside the variants, not inside: it is not part of what is published.
+    return build_dir / ".inputs" / f"{cell.name}.sha256"
 
 
 def build_cells(
@@ -61,12 +92,20 @@ def build_cells(
                 pip=pip,
                 log=log,
             )
+            inputs = input_hash(cell, client.images.get(image).id, kernel_dir.resolve())
+            record = _inputs_record(build_dir, cell)
+            built = (build_dir / cell.name / "metadata.json").is_file()
+            if built and record.is_file() and record.read_text() == inputs:
+                results.append(CellResult(cell, "up to date", time.monotonic() - started, image, "nothing changed"))
+                continue
             variant_dir = build_cell(client, cell, image, kernel_dir=kernel_dir, build_dir=build_dir, jobs=jobs)
-            results.append(CellResult(cell, True, time.monotonic() - started, image, str(variant_dir)))
+            record.parent.mkdir(exist_ok=True)
+            record.write_text(inputs)
+            results.append(CellResult(cell, "built", time.monotonic() - started, image, str(variant_dir)))
         except (KernelMatrixError, docker.errors.DockerException) as exc:
             # One cell's failure is recorded; the next cell still builds.
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            results.append(CellResult(cell, False, time.monotonic() - started, image, message))
+            results.append(CellResult(cell, "FAILED", time.monotonic() - started, image, message))
     return results
 
 

@@ -55,7 +55,7 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp
     variant = tmp_path / name
     metadata = json.loads((variant / "metadata.json").read_text())
     assert metadata["backend"]["type"] == "cuda" and metadata["provenance"]["kernel"]["commit"]
-    assert (tmp_path / "summary.md").read_text().count(f"| {name} | ok |") == 1
+    assert (tmp_path / "summary.md").read_text().count(f"| {name} | built |") == 1
     # Outputs belong to the invoking user, not the container's root.
     assert all(p.stat().st_uid == os.getuid() for p in variant.rglob("*"))
     import torch
@@ -67,12 +67,32 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp
     assert abi.returncode == 0, abi.stderr
 
 
-def test_rebuilding_reuses_the_images(local_cuda_cell, tmp_path):
-    result = kernel_matrix(
-        "build", "--variant", local_cuda_cell.name, "--image", "offline", "--build-dir", str(tmp_path)
+def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, kernel_copy, tmp_path):
+    def build():
+        result = kernel_matrix(
+            "build",
+            "--variant",
+            local_cuda_cell.name,
+            "--image",
+            "offline",
+            "--kernel-dir",
+            str(kernel_copy),
+            "--build-dir",
+            str(tmp_path),
+        )
+        assert result.returncode == 0, result.stderr
+        assert "creating kernel-matrix/" not in result.stderr  # images made by the test above, found by hash
+        return (tmp_path / "summary.md").read_text()
+
+    assert f"| {local_cuda_cell.name} | built |" in build()
+    so = next((tmp_path / local_cuda_cell.name).glob("*.so"))
+    before = so.stat().st_mtime_ns
+    assert f"| {local_cuda_cell.name} | up to date |" in build()  # nothing changed: nothing compiled
+    assert so.stat().st_mtime_ns == before
+    (kernel_copy / "csrc" / "img2gray_cuda.cu").write_text(
+        (kernel_copy / "csrc" / "img2gray_cuda.cu").read_text() + "\n"
     )
-    assert result.returncode == 0, result.stderr
-    assert "creating kernel-matrix/" not in result.stderr  # made by the test above, found by hash
+    assert f"| {local_cuda_cell.name} | built |" in build()  # a source changed: built again
 
 
 def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, tmp_path):
@@ -110,8 +130,11 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
     monkeypatch.setattr(container_build, "build_cell", fake_build)
     monkeypatch.setattr(container_build.images, "offline_base", lambda client, log: "base")
     monkeypatch.setattr(container_build.images, "builder_image", lambda client, base, **kw: "builder")
+    from types import SimpleNamespace
+
+    client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
     results = container_build.build_cells(
-        None, cells, kernel_dir=KERNEL_DIR, build_dir=tmp_path, image_kind="offline", jobs=None, log=lambda m: None
+        client, cells, kernel_dir=KERNEL_DIR, build_dir=tmp_path, image_kind="offline", jobs=None, log=lambda m: None
     )
     assert [r.ok for r in results] == [c.variant.cuda != "12.6" for c in cells]
     assert built == [c.name for c in cells if c.variant.cuda != "12.6"]
