@@ -48,9 +48,23 @@ def local_cuda_cell(engine_env):
     return max(cells, key=lambda c: c.variant.torch.split("."))
 
 
+def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR):
+    return kernel_matrix(
+        "build",
+        "--variant",
+        cell.name,
+        "--image",
+        "offline",
+        "--kernel-dir",
+        str(kernel_dir),
+        "--build-dir",
+        str(build_dir),
+    )
+
+
 def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp_path):
     name = local_cuda_cell.name
-    result = kernel_matrix("build", "--variant", name, "--image", "offline", "--build-dir", str(tmp_path))
+    result = container_build_cli(local_cuda_cell, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     variant = tmp_path / name
     metadata = json.loads((variant / "metadata.json").read_text())
@@ -69,17 +83,7 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp
 
 def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, kernel_copy, tmp_path):
     def build():
-        result = kernel_matrix(
-            "build",
-            "--variant",
-            local_cuda_cell.name,
-            "--image",
-            "offline",
-            "--kernel-dir",
-            str(kernel_copy),
-            "--build-dir",
-            str(tmp_path),
-        )
+        result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy)
         assert result.returncode == 0, result.stderr
         assert "creating kernel-matrix/" not in result.stderr  # images made by the test above, found by hash
         return (tmp_path / "summary.md").read_text()
@@ -98,17 +102,7 @@ def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, k
 def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, tmp_path):
     cu = kernel_copy / "csrc" / "img2gray_cuda.cu"
     cu.write_text(cu.read_text() + "\nthis does not compile;\n")
-    result = kernel_matrix(
-        "build",
-        "--variant",
-        local_cuda_cell.name,
-        "--image",
-        "offline",
-        "--kernel-dir",
-        str(kernel_copy),
-        "--build-dir",
-        str(tmp_path),
-    )
+    result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy)
     assert result.returncode == ExitCode.BUILD
     assert "FAILED" in result.stdout and f"1 of 1 cells failed: {local_cuda_cell.name}" in result.stderr
     logs = tmp_path / "logs"
