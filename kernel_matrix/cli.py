@@ -123,9 +123,10 @@ def build(
     if profile or only or variant:
         from .errors import ConfigError
 
-        if python or backend:
+        if python or backend or cuda_capabilities:
             raise ConfigError(
-                "--python and --backend are for native builds; a container build takes both from the cell"
+                "--python, --backend and --cuda-capabilities are for native builds; a container build takes "
+                "them from the cell"
             )
         if image not in (None, "offline", "official"):
             raise ConfigError(f"--image {image}: expected offline or official")
@@ -151,16 +152,7 @@ def build(
             console.print(f"  [green]done[/] {step.label}")
             status.update(f"building {plan.variant.name}")
 
-        try:
-            variant_dir = build_variant(plan, build_dir, on_step=report, jobs=jobs)
-        except KernelMatrixError as exc:
-            log = getattr(exc, "log", "")
-            if log:
-                log_path = build_dir / "logs" / f"{plan.variant.name}.log"
-                log_path.parent.mkdir(parents=True, exist_ok=True)
-                log_path.write_text(log)
-                exc.args = (f"{exc.args[0]} (full log: {log_path})",)
-            raise
+        variant_dir = build_variant(plan, build_dir, on_step=report, jobs=jobs)
     summary = Table.grid(padding=(0, 2))
     for key, value in [
         ("variant", plan.variant.name),
@@ -175,7 +167,7 @@ def build(
 def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, image, jobs) -> None:
     import os
 
-    from .container_build import build_cells
+    from .container_build import build_cells, summary_markdown
     from .engine import connect
     from .errors import BuildError
     from .matrix import load_matrix, select
@@ -195,19 +187,11 @@ def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, i
     table = Table(title=f"container builds ({len(cells)} cells)", show_edge=False)
     for column in ("variant", "status", "seconds", "image", "result"):
         table.add_column(column, overflow="fold")
-    rows = []
     for r in results:
-        status = r.status
-        table.add_row(
-            r.cell.name,
-            f"[green]{status}[/]" if r.ok else f"[red]{status}[/]",
-            f"{r.seconds:.1f}",
-            r.image or "-",
-            r.message,
-        )
-        rows.append(f"| {r.cell.name} | {status} | {r.seconds:.1f} | {r.image or '-'} | {r.message} |")
+        colour = "green" if r.ok else "red"
+        table.add_row(r.cell.name, f"[{colour}]{r.status}[/]", f"{r.seconds:.1f}", r.image or "-", r.message)
     stdout.print(table)
-    summary = "\n".join(["| variant | status | seconds | image | result |", "|---|---|---|---|---|", *rows])
+    summary = summary_markdown(results)
     (build_dir / "summary.md").write_text(summary + "\n")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:

@@ -39,6 +39,12 @@ class CellResult:
         return self.status != "FAILED"
 
 
+def summary_markdown(results: list[CellResult]) -> str:
+    """The results as a Markdown table (for build/summary.md and the GitHub job summary)."""
+    rows = [f"| {r.cell.name} | {r.status} | {r.seconds:.1f} | {r.image or '-'} | {r.message} |" for r in results]
+    return "\n".join(["| variant | status | seconds | image | result |", "|---|---|---|---|---|", *rows])
+
+
 def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     return [
         (p.relative_to(root).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())

@@ -14,7 +14,7 @@ from pathlib import Path
 from .buildtoml import BuildConfig, load_build_toml
 from .capabilities import gencode_flags, select_capabilities
 from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compile, run_steps
-from .errors import ConfigError, ToolchainError
+from .errors import BuildError, ConfigError, ToolchainError
 from .provenance import git_state
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
 from .variant_dir import render_template, staged, write_metadata, write_python_package
@@ -225,7 +225,15 @@ def build_variant(
         work = stage / ".work"
         so_path = stage / f"{plan.module}.abi3.so"
         compiles, link = build_steps(plan, work, so_path)
-        run_steps(compiles, link, cwd=plan.kernel_dir, on_done=on_step, jobs=jobs)
+        try:
+            run_steps(compiles, link, cwd=plan.kernel_dir, on_done=on_step, jobs=jobs)
+        except BuildError as exc:
+            if not exc.log:
+                raise
+            log_path = out_dir.resolve() / "logs" / f"{plan.variant.name}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(exc.log)
+            raise BuildError(f"{exc} (full log: {log_path})") from None
         shutil.rmtree(work)
         write_python_package(
             stage, plan.kernel_dir / "torch-ext" / general.python_name, name=general.python_name, module=plan.module
