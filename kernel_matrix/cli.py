@@ -62,6 +62,9 @@ def matrix(
     check_upstream: Annotated[
         bool, typer.Option("--check-upstream", help="Report torch releases and CUDA builds the matrix misses.")
     ] = False,
+    github_output: Annotated[
+        str | None, typer.Option(help="With --json: also write NAME=<json> to $GITHUB_OUTPUT (a job output).")
+    ] = None,
 ) -> None:
     """List the matrix cells (variants): a table, or JSON for GitHub Actions."""
     import json
@@ -78,7 +81,10 @@ def matrix(
         return
     cells = select(loaded, profile=profile, only=only, variants=variant or [])
     if as_json:
-        typer.echo(json.dumps(github_matrix(cells), separators=(",", ":")))
+        text = json.dumps(github_matrix(cells), separators=(",", ":"))
+        typer.echo(text)
+        if github_output:
+            _write_github_output(github_output, text)
         return
     table = Table(title=f"{file}: {len(cells)} cells (profile {profile})", show_edge=False)
     for column in ("variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner"):
@@ -96,6 +102,18 @@ def matrix(
             ",".join(cell.test_runner),
         )
     stdout.print(table)
+
+
+def _write_github_output(name: str, value: str) -> None:
+    import os
+
+    from .errors import ConfigError
+
+    path = os.environ.get("GITHUB_OUTPUT")
+    if not path:
+        raise ConfigError("--github-output: GITHUB_OUTPUT is not set (it is, in a GitHub Actions job)")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
 
 
 @app.command()
