@@ -1,7 +1,9 @@
 """Build matrix cells in containers: the builder image of the cell's torch (and
 CUDA), the kernel mounted read-only, the network off, and inside it the same
-`kernel-matrix build` that builds natively, writing the variant (atomically)
-into the mounted build folder as the invoking user."""
+`kernel-matrix build` that builds natively, as the invoking user, into a private
+folder; the variant replaces build/<cell> only once it is checked to be that cell.
+A cell whose inputs are unchanged is skipped (the variant keeps the provenance
+of the build that made it)."""
 
 from __future__ import annotations
 
