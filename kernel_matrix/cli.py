@@ -220,6 +220,31 @@ def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, i
 
 
 @app.command()
+def shell(
+    variant: Annotated[str, typer.Argument(help="The cell (variant name) whose builder image to enter.")],
+    command: Annotated[list[str] | None, typer.Argument(help="A command to run instead of bash (after --).")] = None,
+    kernel_dir: MatrixKernelDir = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    image: Annotated[str | None, typer.Option(help="offline or official (default: the matrix's).")] = None,
+) -> None:
+    """A shell in a cell's builder image with the kernel mounted read-write at /src (network off)."""
+    import subprocess
+
+    from .container_build import builder_for, shell_command
+    from .engine import connect
+    from .images import PipSetup
+    from .matrix import load_matrix, select
+
+    matrix = load_matrix(file)
+    (cell,) = select(matrix, variants=[variant])
+    builder = builder_for(connect(), cell, image or matrix.spec.image, PipSetup.from_host(), log=console.print)
+    argv = shell_command(
+        cell, builder, _matrix_kernel_dir(kernel_dir, matrix), command or [], interactive=sys.stdin.isatty()
+    )
+    raise typer.Exit(subprocess.run(argv, check=False).returncode)
+
+
+@app.command()
 def test(
     variant: Annotated[
         str | None,

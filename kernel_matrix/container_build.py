@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -72,6 +73,49 @@ def _inputs_record(build_dir: Path, cell: Cell) -> Path:
     return build_dir / ".inputs" / f"{cell.name}.sha256"
 
 
+def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
+    """The cell's builder image, made (once) if it is missing."""
+    base = images.offline_base(client, log=log) if image_kind == "offline" else cell.image
+    return images.builder_image(
+        client, base, torch=cell.variant.torch, cuda=cell.variant.cuda, torch_index=cell.torch_index, pip=pip, log=log
+    )
+
+
+def shell_command(cell: Cell, image: str, kernel_dir: Path, command: list[str], *, interactive: bool) -> list[str]:
+    """`docker run` of a shell (or command) in the cell's builder image, the kernel
+    mounted read-write at /src: the counterpart of kernel-builder's dev shell."""
+    env = {
+        "PYTHONPATH": "/opt/kernel-matrix",
+        "HOME": "/tmp",
+        # The builder's python (kernel-matrix's needs) and, for CUDA cells, nvcc come first.
+        "PATH": f"{images.VENV}/bin:{images.CUDA_HOME}/bin:/usr/local/bin:/usr/bin:/bin",
+        **({"CUDA_HOME": images.CUDA_HOME} if cell.variant.cuda else {}),
+    }
+    return [
+        "docker",
+        "run",
+        "--rm",
+        *(["-it"] if interactive else []),
+        "--network",
+        "none",
+        "--user",
+        f"{os.getuid()}:{os.getgid()}",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--mount",
+        f"type=bind,source={kernel_dir.resolve()},target=/src",
+        "--mount",
+        f"type=bind,source={PACKAGE_DIR},target=/opt/kernel-matrix/kernel_matrix,readonly",
+        *(arg for key, value in env.items() for arg in ("--env", f"{key}={value}")),
+        "--workdir",
+        "/src",
+        image,
+        *(command or ["bash"]),
+    ]
+
+
 def build_cells(
     client: docker.DockerClient,
     cells: list[Cell],
@@ -90,16 +134,7 @@ def build_cells(
         started = time.monotonic()
         image = None
         try:
-            base = images.offline_base(client, log=log) if image_kind == "offline" else cell.image
-            image = images.builder_image(
-                client,
-                base,
-                torch=cell.variant.torch,
-                cuda=cell.variant.cuda,
-                torch_index=cell.torch_index,
-                pip=pip,
-                log=log,
-            )
+            image = builder_for(client, cell, image_kind, pip, log)
             inputs = input_hash(cell, client.images.get(image).id, kernel_dir.resolve())
             record = _inputs_record(build_dir, cell)
             built = (build_dir / cell.name / "metadata.json").is_file()

@@ -177,3 +177,16 @@ def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell
     assert client.containers.list(all=True, filters={"label": "kernel-matrix"}) == []
     assert not (tmp_path / local_cuda_cell.name).exists()
     assert [p.name for p in tmp_path.iterdir() if p.name != "logs"] == []
+
+
+def test_shell_enters_the_builder_with_the_kernel_writable(local_cuda_cell, kernel_copy):
+    script = "touch /src/from-the-shell && nvcc --version | tail -n 1 && python -m kernel_matrix --help >/dev/null"
+    result = kernel_matrix(
+        "shell", local_cuda_cell.name, "--image", "offline", "--kernel-dir", str(kernel_copy), "--", "sh", "-c", script
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Build cuda_13" in result.stdout
+    made = kernel_copy / "from-the-shell"
+    assert made.is_file() and made.stat().st_uid == os.getuid()
+    failing = kernel_matrix("shell", local_cuda_cell.name, "--image", "offline", "--", "sh", "-c", "exit 7")
+    assert failing.returncode == 7
