@@ -54,6 +54,13 @@ def test_build_workflow_triggers_and_matrix():
     assert "--github-output cells" in plan_step["run"]
 
 
+def test_a_schedule_checks_upstream_releases():
+    workflow = load(REPO / ".github" / "workflows" / "upstream.yml")
+    assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
+    (job,) = workflow["jobs"].values()
+    assert job["steps"][-1]["run"] == "kernel-matrix matrix --check-upstream"
+
+
 def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     output = tmp_path / "github_output"
     output.write_text("earlier=1\n")
