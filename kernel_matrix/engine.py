@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from docker.errors import DockerException, ImageNotFound
@@ -58,13 +58,10 @@ class Container:
 
     handle: object
     name: str
-    runs: list[RunResult] = field(default_factory=list)
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, workdir: str | None = None) -> RunResult:
         exit_code, output = self.handle.exec_run(list(argv), environment=env or {}, workdir=workdir, demux=False)
-        result = RunResult(exit_code, (output or b"").decode("utf-8", "replace"))
-        self.runs.append(result)
-        return result
+        return RunResult(exit_code, (output or b"").decode("utf-8", "replace"))
 
 
 @contextmanager

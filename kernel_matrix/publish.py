@@ -45,10 +45,6 @@ class Plan:
     def has_changes(self) -> bool:
         return bool(self.added or self.changed or self.deleted)
 
-    @property
-    def upload_bytes(self) -> int:
-        return sum(f.size for f in self.added + self.changed)
-
     def operations(self) -> list:
         ops: list = [CommitOperationAdd(f.path_in_repo, str(f.local)) for f in self.added + self.changed]
         ops += [CommitOperationDelete(path) for path in self.deleted]

@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,21 @@ def built(tmp_path_factory) -> dict[str, Path]:
     if all(variant_backend(d) != "cpu" for d in build_dir.iterdir()):
         kernel_matrix("build", "--build-dir", str(build_dir), "--backend", "cpu", check=True)
     return {variant_backend(d): d for d in build_dir.iterdir()}
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """A client of the container engine at DOCKER_HOST; the tests that need one
+    skip without it, except where KERNEL_MATRIX_REQUIRE_ENGINE is set (.ci/run)."""
+    from kernel_matrix.engine import connect
+    from kernel_matrix.errors import EngineError
+
+    try:
+        return connect()
+    except EngineError as exc:
+        if os.environ.get("KERNEL_MATRIX_REQUIRE_ENGINE"):
+            raise  # CI starts an engine: its absence is a failure there
+        pytest.skip(str(exc))
 
 
 @pytest.fixture

@@ -19,21 +19,7 @@ pytestmark = pytest.mark.build
 
 
 @pytest.fixture(scope="module")
-def engine_env():
-    from kernel_matrix.engine import connect
-    from kernel_matrix.errors import EngineError
-
-    try:
-        connect()
-    except EngineError as exc:
-        if os.environ.get("KERNEL_MATRIX_REQUIRE_ENGINE"):
-            raise
-        pytest.skip(str(exc))
-    return {**os.environ}
-
-
-@pytest.fixture(scope="module")
-def local_cuda_cell(engine_env):
+def local_cuda_cell(engine):
     """The newest torch's cell this host's CUDA toolchain builds (cu130 here)."""
     from kernel_matrix.toolchain import find_nvcc
 
@@ -144,10 +130,8 @@ def test_no_engine_is_one_line_with_its_exit_code(tmp_path):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell, tmp_path, signum):
-    from kernel_matrix.engine import connect
-
-    client = connect()
+def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell, engine, tmp_path, signum):
+    client = engine
     process = subprocess.Popen(
         [
             sys.executable,

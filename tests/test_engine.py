@@ -2,7 +2,6 @@
 network off by default, read-only source mounts, outputs owned by the caller."""
 
 import io
-import os
 import subprocess
 import tarfile
 
@@ -12,16 +11,6 @@ from kernel_matrix.engine import Mount, connect, container
 from kernel_matrix.errors import EngineError
 
 IMAGE = "kernel-matrix-test/busybox:1"
-
-
-@pytest.fixture(scope="session")
-def engine():
-    try:
-        return connect()
-    except EngineError as exc:
-        if os.environ.get("KERNEL_MATRIX_REQUIRE_ENGINE"):
-            raise  # CI starts an engine: its absence is a failure there
-        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")
