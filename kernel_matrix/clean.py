@@ -39,8 +39,11 @@ def find_artifacts(root: Path, build_dir: Path, keep_variants: set[str]) -> list
     if build.is_dir() and build.is_relative_to(root):
         for entry in sorted(build.iterdir()):
             stale_variant = (entry / "metadata.json").is_file() and entry.name not in keep_variants
-            leftover = entry.name.startswith(".") and (".staging-" in entry.name or ".old-" in entry.name)
-            if stale_variant or leftover or entry.name == "logs":
+            leftover = entry.name.startswith(".") and any(
+                part in entry.name for part in (".staging-", ".old-", ".container-")
+            )
+            # logs, and the compiled-object cache (the next build fills it again).
+            if stale_variant or leftover or entry.name in ("logs", ".cache"):
                 found.append(entry)
     return [p for p in found if not _holds_tracked(p, root, tracked)]
 

@@ -124,7 +124,15 @@ def build(
     backend: Annotated[
         str | None, typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
     ] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compiles (default: all cores).")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Native: parallel compiles. Containers: variants built at once, sharing the cores "
+            "(default: from cores and memory; MAX_JOBS caps the compiles).",
+        ),
+    ] = None,
     profile: Annotated[str | None, typer.Option(help="Build this matrix profile's cells in containers.")] = None,
     only: Annotated[str | None, typer.Option(help="Build the cells matching KEY=VALUE,... in containers.")] = None,
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
@@ -136,6 +144,13 @@ def build(
         str | None,
         typer.Option(help="Native builds: comma-separated list replacing the CUDA version's default capabilities."),
     ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(help="The compiled-object cache (default: <build-dir>/.cache/objects).", show_default=False),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
+    ] = False,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
     if profile or only or variant:
@@ -148,10 +163,13 @@ def build(
             )
         if image not in (None, "offline", "official"):
             raise ConfigError(f"--image {image}: expected offline or official")
-        _build_in_containers(kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs)
+        _build_in_containers(
+            kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs, cache_dir, no_cache
+        )
         return
     kernel_dir = kernel_dir or Path("kernel")
     from .native_build import build_variant, plan_build
+    from .objcache import ObjectCache
 
     plan = plan_build(
         kernel_dir,
@@ -166,23 +184,39 @@ def build(
     started = time.monotonic()
     with console.status(f"building {plan.variant.name}") as status:
 
-        def report(step):
-            console.print(f"  [green]done[/] {step.label}")
+        def report(step, cached):
+            console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
             status.update(f"building {plan.variant.name}")
 
-        variant_dir = build_variant(plan, build_dir, on_step=report, jobs=jobs)
+        cache = None if no_cache else ObjectCache(cache_dir or build_dir / ".cache" / "objects")
+        result = build_variant(plan, build_dir, on_step=report, jobs=jobs, cache=cache)
+    seconds = time.monotonic() - started
+    _write_build_stats(build_dir, plan.variant.name, seconds, result)
     summary = Table.grid(padding=(0, 2))
     for key, value in [
         ("variant", plan.variant.name),
         ("op namespace", plan.module),
-        ("directory", str(variant_dir)),
-        ("seconds", f"{time.monotonic() - started:.1f}"),
+        ("directory", str(result.variant_dir)),
+        ("objects", f"{result.compiled} compiled, {result.cached} from the cache"),
+        ("seconds", f"{seconds:.1f}"),
     ]:
         summary.add_row(f"[bold]{key}[/]", value)
     console.print(summary)
 
 
-def _build_in_containers(kernel_dir, build_dir, file, profile, only, variants, image, jobs) -> None:
+def _write_build_stats(build_dir: Path, variant: str, seconds: float, result) -> None:
+    """logs/<variant>.build.json: what a container build reports in its summary."""
+    import json
+
+    stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
+    path = build_dir / "logs" / f"{variant}.build.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stats) + "\n")
+
+
+def _build_in_containers(
+    kernel_dir, build_dir, file, profile, only, variants, image, jobs, cache_dir, no_cache
+) -> None:
     import os
 
     from .container_build import build_cells, summary_markdown

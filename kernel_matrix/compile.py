@@ -1,7 +1,8 @@
 """Compiler command lines for a native variant build, and running them.
 
 Pure functions build argv lists; `run_steps` runs independent compiles in
-parallel and the link last. Nothing here knows about variant layouts."""
+parallel (through the object cache when given one) and the link last. Nothing
+here knows about variant layouts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
+from .objcache import ObjectCache
 
 # Python 3.9's limited API: the .so loads in every CPython >= 3.9 (abi3).
 PY_LIMITED_API = "0x03090000"
@@ -25,6 +27,11 @@ class Step:
     label: str  # what the user sees: "compile csrc/img2gray_cuda.cu"
     argv: list[str]
     output: Path
+    # A compile names the compilers that make its object (for the cache key);
+    # a link names none and is never cached.
+    compilers: tuple[str, ...] = ()
+    # Arguments that change how, not what, it compiles (nvcc --threads): not in the cache key.
+    tuning: tuple[str, ...] = ()
 
 
 def cxx_compile(
@@ -87,30 +94,40 @@ def run_steps(
     link: Step,
     *,
     cwd: Path,
-    on_done: Callable[[Step], None] = lambda s: None,
+    on_done: Callable[[Step, bool], None] = lambda step, cached: None,
     jobs: int | None = None,
+    cache: ObjectCache | None = None,
 ) -> None:
-    """Run the compiles in parallel, then the link; the first failure raises BuildError."""
+    """Run the compiles in parallel, then the link; the first failure raises BuildError.
+    on_done(step, cached) follows each step; cached is True when the object came from the cache."""
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda step: (step, _run(step, cwd)), compiles))
-    for step, failure in results:
+        results = list(pool.map(lambda step: (step, *_run(step, cwd, cache)), compiles))
+    for step, failure, cached in results:
         if failure is not None:
             raise failure
-        on_done(step)
-    failure = _run(link, cwd)
+        on_done(step, cached)
+    failure, _ = _run(link, cwd, None)
     if failure is not None:
         raise failure
-    on_done(link)
+    on_done(link, False)
 
 
-def _run(step: Step, cwd: Path) -> BuildError | None:
+def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError | None, bool]:
     step.output.parent.mkdir(parents=True, exist_ok=True)
+    cacheable = cache is not None and bool(step.compilers)
+    if cacheable and cache.fetch(step.argv, step.output, list(step.compilers)):
+        return None, True
+    depfile = step.output.with_name(step.output.name + ".d")
+    # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
+    argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if cacheable else [])]
     try:
-        result = subprocess.run(step.argv, cwd=cwd, capture_output=True, text=True, check=False)
+        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     except OSError as exc:
-        return BuildError(f"{step.label}: cannot run {step.argv[0]}: {exc.strerror}")
+        return BuildError(f"{step.label}: cannot run {step.argv[0]}: {exc.strerror}"), False
     if result.returncode != 0:
-        log = f"$ {' '.join(step.argv)}\n{result.stdout}{result.stderr}"
+        log = f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}"
         first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
-        return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log)
-    return None
+        return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log), False
+    if cacheable:
+        cache.store(step.argv, step.output, list(step.compilers), depfile)
+    return None, False

@@ -15,13 +15,20 @@ from .buildtoml import BuildConfig, load_build_toml
 from .capabilities import gencode_flags, select_capabilities
 from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .errors import BuildError, ConfigError, ToolchainError
+from .objcache import ObjectCache
 from .provenance import git_state
+from .resources import plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
 from .variant_dir import render_template, staged, write_metadata, write_python_package
 from .variants import Variant, host_arch, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
+# First on every include path: headers that keep newer glibc symbols out of the
+# .so, so that it passes manylinux_2_28 when built on a newer system (see inside).
+COMPAT_INCLUDE = Path(__file__).resolve().parent / "compat" / "glibc-2.28"
+# registration.h: the macros a kernel-builder binding uses (TORCH_LIBRARY_EXPAND...).
+REGISTRATION_INCLUDE = Path(__file__).resolve().parent / "include"
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,12 @@ class BuildPlan:
     @property
     def module(self) -> str:
         """The unique op namespace and extension module: _img2gray_cuda_1a2b3c4."""
-        return f"_{self.config.general.python_name}_{self.backend}_{self.source_hash()[:7]}"
+        return f"{self.module_base}_{self.source_hash()[:7]}"
+
+    @property
+    def module_base(self) -> str:
+        """The module name without the build's hash: _img2gray_cuda (the binding's TORCH_EXTENSION_NAME)."""
+        return f"_{self.config.general.python_name}_{self.backend}"
 
     def source_files(self) -> list[str]:
         files = set(self.config.torch.src)
@@ -128,12 +140,13 @@ def plan_build(
     )
 
 
-def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step], Step]:
+def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int = 1) -> tuple[list[Step], Step]:
     """The compile steps (independent) and the link step of a plan."""
     kernel_dir, config = plan.kernel_dir, plan.config
     generated = work / "generated"
     generated.mkdir(parents=True, exist_ok=True)
-    (generated / "registration.h").write_text(render_template("registration.h"))
+    module_source = generated / "module.cpp"
+    module_source.write_text(render_template("module.cpp.in", module=plan.module))
     backend_define = f"{plan.backend.upper()}_KERNEL"  # as kernel-builder defines it
     compiles: list[Step] = []
     include_dirs: set[Path] = set()
@@ -152,38 +165,41 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
                     plan.cxx,
                     source,
                     output,
-                    includes=[source.parent, *includes],
+                    includes=[COMPAT_INCLUDE, source.parent, *includes],
                     gencode=gencode_flags(plan.capabilities),
                     flags=[*kernel.cuda_flags, *(f"-Xcompiler={f}" for f in kernel.cxx_flags)],
                 )
+                compilers = (str(plan.nvcc.path), plan.cxx)
+                # nvcc compiles the file's architectures in parallel.
+                tuning = (f"--threads={nvcc_threads}",) if nvcc_threads > 1 else ()
             elif source.suffix in _CXX_SUFFIXES:
                 argv = cxx_compile(
                     plan.cxx,
                     source,
                     output,
-                    includes=[source.parent, *includes],
+                    includes=[COMPAT_INCLUDE, source.parent, *includes],
                     defines=[backend_define],
                     flags=kernel.cxx_flags,
                 )
+                compilers, tuning = (plan.cxx,), ()
             else:
                 continue  # headers
-            compiles.append(Step(f"compile {src}", argv, output))
+            compiles.append(Step(f"compile {src}", argv, output, compilers=compilers, tuning=tuning))
 
     torch_includes = [
+        COMPAT_INCLUDE,
         *include_dirs,
-        generated,
+        REGISTRATION_INCLUDE,
         *plan.torch.include_dirs,
         plan.torch.python_include,
         *(kernel_dir / d for d in config.torch.include),
     ]
     if plan.nvcc is not None:
         torch_includes.append(plan.nvcc.cuda_home / "include")
-    defines = [
-        backend_define,
-        f"TORCH_EXTENSION_NAME={plan.module}",
-        f"Py_LIMITED_API={PY_LIMITED_API}",
-        "_GLIBCXX_USE_CXX11_ABI=1",
-    ]
+    limited_api = f"Py_LIMITED_API={PY_LIMITED_API}"
+    # The stable name, not the build's: the binding's object does not change when
+    # another source does, so the cache reuses it (registration.h says how).
+    defines = [backend_define, f"TORCH_EXTENSION_NAME={plan.module_base}", limited_api, "_GLIBCXX_USE_CXX11_ABI=1"]
     # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
     # the flag it silently runs on one thread.
     openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
@@ -199,7 +215,17 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
                 defines=defines,
                 flags=[*openmp, *config.torch.cxx_flags],
             )
-            compiles.append(Step(f"compile {src}", argv, output))
+            compiles.append(Step(f"compile {src}", argv, output, compilers=(plan.cxx,)))
+    # The build's own module: a few lines, compiled every time (not cached: its path is the stage's).
+    argv = cxx_compile(
+        plan.cxx,
+        module_source,
+        work / "obj" / "module.cpp.o",
+        includes=[plan.torch.python_include],
+        defines=[limited_api],
+        flags=[],
+    )
+    compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
 
     libs = ["c10", "torch", "torch_cpu"]
     lib_dirs = [plan.torch.lib_dir]
@@ -215,18 +241,41 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path) -> tuple[list[Step],
     return compiles, link
 
 
+@dataclass(frozen=True)
+class BuildResult:
+    variant_dir: Path
+    compiled: int  # objects compiled
+    cached: int  # objects taken from the cache
+
+
 def build_variant(
-    plan: BuildPlan, out_dir: Path, *, on_step: Callable[[Step], None] = lambda s: None, jobs: int | None = None
-) -> Path:
-    """Build plan's variant into out_dir/<variant>/, atomically; returns that directory."""
+    plan: BuildPlan,
+    out_dir: Path,
+    *,
+    on_step: Callable[[Step, bool], None] = lambda step, cached: None,
+    jobs: int | None = None,
+    cache: ObjectCache | None = None,
+) -> BuildResult:
+    """Build plan's variant into out_dir/<variant>/, atomically.
+
+    jobs: parallel compiles (default: from cores and memory); cache: where
+    compiled objects are looked up and stored (None: always compile)."""
     final = out_dir.resolve() / plan.variant.name
     general = plan.config.general
+    parallel = plan_parallelism(1, max_jobs=str(jobs) if jobs else None)
+    counts = {True: 0, False: 0}
+
+    def done(step: Step, cached: bool) -> None:
+        if step.compilers:
+            counts[cached] += 1
+        on_step(step, cached)
+
     with staged(final) as stage:
         work = stage / ".work"
         so_path = stage / f"{plan.module}.abi3.so"
-        compiles, link = build_steps(plan, work, so_path)
+        compiles, link = build_steps(plan, work, so_path, nvcc_threads=parallel.nvcc_threads)
         try:
-            run_steps(compiles, link, cwd=plan.kernel_dir, on_done=on_step, jobs=jobs)
+            run_steps(compiles, link, cwd=plan.kernel_dir, on_done=done, jobs=parallel.compiles, cache=cache)
         except BuildError as exc:
             if not exc.log:
                 raise
@@ -249,4 +298,4 @@ def build_variant(
             kernel_git=git_state(plan.kernel_dir),
             python_depends=[],
         )
-    return final
+    return BuildResult(final, compiled=counts[False], cached=counts[True])

@@ -1,0 +1,99 @@
+"""A content-addressed cache of compiled objects, for gcc and nvcc alike (the
+idea of ccache's direct mode, small enough to read).
+
+A compile is looked up by its command line (output path aside), the identity of
+its compilers and its source file's bytes. That key's manifest lists every file
+the compile read last time (from the compiler's -MD output) with its hash; a hit
+needs each of them unchanged, and then the object is copied instead of compiled.
+
+So the torch-free CUDA file, compiled with the same nvcc, flags and headers,
+compiles once per CUDA version and is reused by every torch version's build; a
+binding compiled against torch's headers misses when those headers differ."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+# A make rule's prerequisites are separated by unescaped whitespace.
+_DEP_SPLIT = re.compile(r"(?<!\\)\s+")
+
+
+class ObjectCache:
+    def __init__(self, root: Path):
+        self.root = root
+        self._hashes: dict[Path, tuple[int, int, str]] = {}
+
+    def fetch(self, argv: list[str], output: Path, compilers: list[str]) -> bool:
+        """Copy the cached object for this compile to output; False on a miss."""
+        manifest = self._manifest_path(self._key(argv, output, compilers))
+        try:
+            recorded = json.loads(manifest.read_text())
+            if any(self._hash(Path(path)) != digest for path, digest in recorded["inputs"].items()):
+                return False
+            shutil.copyfile(self.root / "objects" / recorded["object"], output)
+        except (OSError, ValueError, KeyError):
+            return False  # absent, unreadable, or an input vanished: compile
+        return True
+
+    def store(self, argv: list[str], output: Path, compilers: list[str], depfile: Path) -> None:
+        """Record a compile's object and what it read (never fails the build)."""
+        try:
+            inputs = {str(p): self._hash(p) for p in parse_depfile(depfile.read_text())}
+            key = self._key(argv, output, compilers)
+            content = hashlib.sha256(output.read_bytes()).hexdigest()
+            self._write(self.root / "objects" / content, output.read_bytes())
+            record = {"inputs": inputs, "object": content}
+            self._write(self._manifest_path(key), json.dumps(record, sort_keys=True).encode())
+        except OSError:
+            pass  # a full or read-only cache only costs the next build a compile
+
+    def _key(self, argv: list[str], output: Path, compilers: list[str]) -> str:
+        parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers]]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+    def _manifest_path(self, key: str) -> Path:
+        return self.root / "manifests" / key[:2] / f"{key}.json"
+
+    def _hash(self, path: Path) -> str:
+        stat = path.stat()
+        known = self._hashes.get(path)
+        if known and known[:2] == (stat.st_mtime_ns, stat.st_size):
+            return known[2]
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self._hashes[path] = (stat.st_mtime_ns, stat.st_size, digest)
+        return digest
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        # Parallel builds may store the same entry: each writes a file of its
+        # own and renames it, so a reader sees a whole file or none.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+
+def parse_depfile(text: str) -> list[Path]:
+    """The prerequisites of a make rule as gcc/nvcc -MD write it."""
+    _, _, prerequisites = text.replace("\\\n", " ").partition(": ")
+    words = [w.replace("\\ ", " ") for w in _DEP_SPLIT.split(prerequisites.strip()) if w]
+    return sorted({Path(w).resolve() for w in words})
+
+
+@cache
+def compiler_identity(compiler: str) -> str:
+    """What the compiler says it is (path and --version); a new compiler misses every entry."""
+    try:
+        result = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return compiler
+    return f"{shutil.which(compiler) or compiler}\n{result.stdout}"

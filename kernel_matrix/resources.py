@@ -1,0 +1,57 @@
+"""How much to run at once, from the machine's cores and memory.
+
+A compile against torch's headers peaks near 1.5 GiB; a machine with many
+cores and little memory must not start more of them than fit. MAX_JOBS (the
+variable torch's extension builder and flash-attention's CI read) caps the
+total when set."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MEMORY_PER_COMPILE = int(1.5 * GIB)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    builds: int  # variants built at the same time (containers)
+    compiles: int  # compile processes within one build
+    nvcc_threads: int  # nvcc --threads: the CUDA architectures of one file in parallel
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # what this process may use (CI cgroups, taskset)
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def plan_parallelism(
+    builds: int | None = None, *, n_cores: int | None = None, memory: int | None = None, max_jobs: str | None = None
+) -> Parallelism:
+    """builds: how many variants to build at once (None: as many as make sense, one per
+    two compile slots). The compile slots are shared out between them."""
+    n_cores = n_cores or cores()
+    memory = memory if memory is not None else available_memory()
+    max_jobs = max_jobs if max_jobs is not None else os.environ.get("MAX_JOBS")
+    slots = n_cores
+    if memory is not None:
+        slots = min(slots, max(1, memory // MEMORY_PER_COMPILE))
+    if max_jobs and max_jobs.isdigit() and int(max_jobs) > 0:
+        slots = min(slots, int(max_jobs))
+    builds = max(1, builds if builds else slots // 2)
+    per_build = max(1, slots // builds)
+    return Parallelism(builds=builds, compiles=per_build, nvcc_threads=per_build)

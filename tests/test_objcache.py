@@ -1,0 +1,90 @@
+"""The compiled-object cache: real gcc compiles of small files, and a real
+variant rebuild after the CUDA file changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import kernel_matrix
+
+from kernel_matrix.compile import Step, run_steps
+from kernel_matrix.objcache import ObjectCache, parse_depfile
+
+CXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++")
+
+
+def test_parse_depfile_reads_continuations_and_escaped_spaces(tmp_path):
+    text = "out.o: /a/src.cpp \\\n /a/b.h /a/with\\ space.h\\\n /a/b.h\n"
+    assert parse_depfile(text) == sorted(Path(p) for p in ["/a/src.cpp", "/a/b.h", "/a/with space.h"])
+
+
+def _compile(tmp_path: Path, cache: ObjectCache, name: str) -> bool:
+    """Compile src.cpp into <name>.o through the cache; True if it came from the cache."""
+    output = tmp_path / f"{name}.o"
+    argv = [CXX, "-O1", "-c", str(tmp_path / "src.cpp"), "-I", str(tmp_path), "-o", str(output)]
+    link = Step("link", [CXX, "-shared", str(output), "-o", str(tmp_path / f"{name}.so")], tmp_path / f"{name}.so")
+    seen = {}
+    run_steps(
+        [Step("compile", argv, output, compilers=(CXX,))],
+        link,
+        cwd=tmp_path,
+        cache=cache,
+        on_done=lambda step, cached: seen.setdefault(step.label, cached),
+    )
+    assert (tmp_path / f"{name}.so").is_file()
+    return seen["compile"]
+
+
+def test_a_hit_needs_the_same_source_and_headers(tmp_path):
+    (tmp_path / "value.h").write_text("#define VALUE 1\n")
+    (tmp_path / "src.cpp").write_text('#include "value.h"\nint value() { return VALUE; }\n')
+    cache = ObjectCache(tmp_path / "cache")
+    assert _compile(tmp_path, cache, "first") is False
+    assert _compile(tmp_path, cache, "second") is True  # other output path, same compile
+    assert (tmp_path / "second.o").read_bytes() == (tmp_path / "first.o").read_bytes()
+
+    (tmp_path / "value.h").write_text("#define VALUE 2\n")  # only a header changes
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "third") is False
+    assert (tmp_path / "third.o").read_bytes() != (tmp_path / "first.o").read_bytes()
+
+    (tmp_path / "src.cpp").write_text('#include "value.h"\nint value() { return VALUE + 1; }\n')
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "fifth") is False
+
+
+def test_a_broken_cache_entry_compiles_again(tmp_path):
+    (tmp_path / "src.cpp").write_text("int value() { return 3; }\n")
+    cache = ObjectCache(tmp_path / "cache")
+    _compile(tmp_path, cache, "first")
+    for manifest in (tmp_path / "cache" / "manifests").rglob("*.json"):
+        record = json.loads(manifest.read_text())
+        (tmp_path / "cache" / "objects" / record["object"]).unlink()
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "second") is False
+    assert (tmp_path / "second.o").read_bytes() == (tmp_path / "first.o").read_bytes()
+
+
+def test_changing_one_source_recompiles_only_it_and_renames_the_namespace(kernel_copy, tmp_path):
+    """The binding compiled against torch's headers is reused when only the
+    kernel file changes, yet the new build gets a new op namespace."""
+    build_dir = tmp_path / "build"
+    args = ("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir))
+    kernel_matrix(*args, check=True)
+    variant = next(d for d in build_dir.iterdir() if (d / "metadata.json").is_file())
+    first_so = sorted(p.name for p in variant.glob("*.so"))
+    stats = json.loads((build_dir / "logs" / f"{variant.name}.build.json").read_text())
+    assert stats["cached"] == 0 and stats["compiled"] >= 2
+
+    cpu_source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
+    cpu_source.write_text(cpu_source.read_text() + "\n// a change\n")
+    result = kernel_matrix(*args, check=True)
+    stats = json.loads((build_dir / "logs" / f"{variant.name}.build.json").read_text())
+    assert stats == {**stats, "compiled": 1, "cached": stats["compiled"] + stats["cached"] - 1}
+    assert "cached compile torch-ext/torch_binding.cpp" in result.stderr
+    assert "done compile csrc/img2gray_cpu.cpp" in result.stderr
+    assert sorted(p.name for p in variant.glob("*.so")) != first_so  # _img2gray_cpu_<new hash>.abi3.so
+    # The rebuilt variant loads and its op works under its new namespace.
+    test = kernel_matrix("test", variant.name, "--build-dir", str(build_dir), "--pytest-arg=-x")
+    assert test.returncode == 0, test.stdout + test.stderr
