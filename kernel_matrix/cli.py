@@ -219,29 +219,36 @@ def _build_in_containers(
 ) -> None:
     import os
 
-    from .container_build import build_cells, summary_markdown
+    from .container_build import SUMMARY_COLUMNS, build_cells, summary_markdown, summary_rows
     from .engine import connect
     from .errors import BuildError
     from .matrix import load_matrix, select
+    from .progress import live_progress
 
     matrix = load_matrix(file)
     cells = select(matrix, profile=profile, only=only, variants=variants)
     client = connect()
-    results = build_cells(
-        client,
-        cells,
-        kernel_dir=_matrix_kernel_dir(kernel_dir, matrix),
-        build_dir=build_dir,
-        image_kind=image or matrix.spec.image,
-        jobs=jobs,
-        log=lambda m: console.print(m),
-    )
+    # The local profile is what this host builds: no registry is assumed, so
+    # its builders stand on the offline base unless --image says otherwise.
+    image_kind = image or ("offline" if profile == "local" else matrix.spec.image)
+    with live_progress(console, [c.name for c in cells]) as progress:
+        results = build_cells(
+            client,
+            cells,
+            kernel_dir=_matrix_kernel_dir(kernel_dir, matrix),
+            build_dir=build_dir,
+            image_kind=image_kind,
+            jobs=jobs,
+            cache_dir=None if no_cache else (cache_dir or build_dir / ".cache" / "objects"),
+            log=lambda m: console.print(m),
+            on_status=progress,
+        )
     table = Table(title=f"container builds ({len(cells)} cells)", show_edge=False)
-    for column in ("variant", "status", "seconds", "image", "result"):
+    for column in SUMMARY_COLUMNS:
         table.add_column(column, overflow="fold")
-    for r in results:
+    for r, row in zip(results, summary_rows(results), strict=True):
         colour = "green" if r.ok else "red"
-        table.add_row(r.cell.name, f"[{colour}]{r.status}[/]", f"{r.seconds:.1f}", r.image or "-", r.message)
+        table.add_row(row[0], f"[{colour}]{r.status}[/]", *row[2:])
     stdout.print(table)
     summary = summary_markdown(results)
     (build_dir / "summary.md").write_text(summary + "\n")

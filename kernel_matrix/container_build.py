@@ -13,20 +13,26 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 
 from . import images
+from .abi import check_library, variant_libraries
 from .engine import Mount, container
-from .errors import BuildError, EngineError, KernelMatrixError
+from .errors import AbiError, BuildError, EngineError, KernelMatrixError
 from .matrix import Cell
 from .provenance import SOURCE_GIT_ENV, git_state
+from .resources import plan_parallelism
 from .variant_dir import replace_dir
 from .variants import host_arch
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# Marks the containers of one `build` run, so an interrupt can kill exactly those.
+RUN_LABEL = "kernel-matrix.run"
 
 
 @dataclass(frozen=True)
@@ -36,16 +42,37 @@ class CellResult:
     seconds: float
     image: str | None
     message: str  # the error line, or the variant directory
+    so_bytes: int | None = None  # the variant's extension, once built
+    objects: str = "-"  # "2 of 3 cached": what the object cache saved
 
     @property
     def ok(self) -> bool:
         return self.status != "FAILED"
 
 
+SUMMARY_COLUMNS = ("variant", "status", "seconds", ".so size", "objects cached", "image", "result")
+
+
+def summary_rows(results: list[CellResult]) -> list[tuple[str, ...]]:
+    return [
+        (
+            r.cell.name,
+            r.status,
+            f"{r.seconds:.1f}",
+            f"{r.so_bytes / 1e6:.2f} MB" if r.so_bytes else "-",
+            r.objects,
+            r.image or "-",
+            r.message,
+        )
+        for r in results
+    ]
+
+
 def summary_markdown(results: list[CellResult]) -> str:
     """The results as a Markdown table (for build/summary.md and the GitHub job summary)."""
-    rows = [f"| {r.cell.name} | {r.status} | {r.seconds:.1f} | {r.image or '-'} | {r.message} |" for r in results]
-    return "\n".join(["| variant | status | seconds | image | result |", "|---|---|---|---|---|", *rows])
+    rows = ["| " + " | ".join(row) + " |" for row in summary_rows(results)]
+    header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
+    return "\n".join([header, "|" + "---|" * len(SUMMARY_COLUMNS), *rows])
 
 
 def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -75,7 +102,10 @@ def _inputs_record(build_dir: Path, cell: Cell) -> Path:
 
 def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
     """The cell's builder image, made (once) if it is missing."""
-    base = images.offline_base(client, log=log) if image_kind == "offline" else cell.image
+    if image_kind == "official":
+        torch, index = cell.variant.torch, cell.torch_index
+        return images.official_builder(client, cell.image, torch=torch, torch_index=index, log=log)
+    base = images.offline_base(client, log=log)
     return images.builder_image(
         client, base, torch=cell.variant.torch, cuda=cell.variant.cuda, torch_index=cell.torch_index, pip=pip, log=log
     )
@@ -124,14 +154,28 @@ def build_cells(
     build_dir: Path,
     image_kind: str,
     jobs: int | None,
+    cache_dir: Path | None = None,
     log=print,
+    on_status: Callable[[Cell, str], None] = lambda cell, status: None,
 ) -> list[CellResult]:
-    """Every cell, one after the other; a failing cell never stops the others."""
+    """Every cell, up to `jobs` at once; a failing cell never stops the others.
+
+    Builder images are made first, one at a time (cells share them). Then the
+    cells build in parallel, each with its share of the cores; on Ctrl-C or
+    SIGTERM every running build container is killed before the interrupt goes on.
+    cache_dir: the object cache, shared by all cells (None: no cache)."""
     build_dir.mkdir(parents=True, exist_ok=True)
     pip = images.PipSetup.from_host()
-    results = []
+    parallel = plan_parallelism(jobs, at_most=len(cells))
+    started = {cell.name: time.monotonic() for cell in cells}
+    results: dict[str, CellResult] = {}
+
+    def failed(cell: Cell, exc: Exception, image: str | None) -> CellResult:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return CellResult(cell, "FAILED", time.monotonic() - started[cell.name], image, message)
+
+    todo: list[tuple[Cell, str, str]] = []
     for cell in cells:
-        started = time.monotonic()
         image = None
         try:
             image = builder_for(client, cell, image_kind, pip, log)
@@ -139,23 +183,81 @@ def build_cells(
             record = _inputs_record(build_dir, cell)
             built = (build_dir / cell.name / "metadata.json").is_file()
             if built and record.is_file() and record.read_text() == inputs:
-                results.append(CellResult(cell, "up to date", time.monotonic() - started, image, "nothing changed"))
+                seconds = time.monotonic() - started[cell.name]
+                results[cell.name] = CellResult(
+                    cell, "up to date", seconds, image, "nothing changed", _so_bytes(build_dir / cell.name)
+                )
+                on_status(cell, "up to date")
                 continue
-            variant_dir = build_cell(client, cell, image, kernel_dir=kernel_dir, build_dir=build_dir, jobs=jobs)
-            record.parent.mkdir(exist_ok=True)
-            record.write_text(inputs)
-            results.append(CellResult(cell, "built", time.monotonic() - started, image, str(variant_dir)))
+            todo.append((cell, image, inputs))
+            on_status(cell, "queued")
         except (KernelMatrixError, docker.errors.DockerException) as exc:
-            # One cell's failure is recorded; the next cell still builds.
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            results.append(CellResult(cell, "FAILED", time.monotonic() - started, image, message))
-    return results
+            results[cell.name] = failed(cell, exc, image)
+            on_status(cell, "FAILED")
+
+    run_label = f"{os.getpid()}-{time.monotonic_ns()}"
+
+    def build_one(cell: Cell, image: str, inputs: str) -> CellResult:
+        started[cell.name] = time.monotonic()  # the build's time, not the queue's
+        on_status(cell, "building")
+        try:
+            variant_dir, stats = build_cell(
+                client,
+                cell,
+                image,
+                kernel_dir=kernel_dir,
+                build_dir=build_dir,
+                jobs=parallel.compiles,
+                cache_dir=cache_dir,
+                run_label=run_label,
+            )
+        except (KernelMatrixError, docker.errors.DockerException) as exc:
+            on_status(cell, "FAILED")
+            return failed(cell, exc, image)
+        record = _inputs_record(build_dir, cell)
+        record.parent.mkdir(exist_ok=True)
+        record.write_text(inputs)
+        on_status(cell, "built")
+        total = stats.get("compiled", 0) + stats.get("cached", 0)
+        objects = f"{stats.get('cached', 0)} of {total}" if total else "-"
+        seconds = time.monotonic() - started[cell.name]
+        return CellResult(cell, "built", seconds, image, str(variant_dir), _so_bytes(variant_dir), objects)
+
+    pool = ThreadPoolExecutor(max_workers=parallel.builds, thread_name_prefix="cell")
+    try:
+        futures = {pool.submit(build_one, *item): item[0] for item in todo}
+        for future in as_completed(futures):
+            results[futures[future].name] = future.result()
+    except BaseException:
+        # Interrupted: nothing new starts, and the running builds' containers are
+        # killed, so their threads return (and remove them) at once.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for box in client.containers.list(filters={"label": f"{RUN_LABEL}={run_label}"}):
+            box.kill()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return [results[cell.name] for cell in cells]
+
+
+def _so_bytes(variant_dir: Path) -> int | None:
+    return sum(p.stat().st_size for p in variant_dir.glob("*.so")) or None
 
 
 def build_cell(
-    client: docker.DockerClient, cell: Cell, image: str, *, kernel_dir: Path, build_dir: Path, jobs: int | None
-) -> Path:
-    """Build one cell; its variant replaces build_dir/<cell> only if the build made exactly that variant."""
+    client: docker.DockerClient,
+    cell: Cell,
+    image: str,
+    *,
+    kernel_dir: Path,
+    build_dir: Path,
+    jobs: int | None,
+    cache_dir: Path | None = None,
+    run_label: str = "",
+) -> tuple[Path, dict]:
+    """Build one cell; its variant replaces build_dir/<cell> only if the build made
+    exactly that variant and it passes the ABI check. Returns the variant's folder
+    and the build's statistics (objects compiled and cached)."""
     if cell.variant.arch != host_arch():
         raise EngineError(f"{cell.name}: an {cell.variant.arch} cell cannot be built on this {host_arch()} host")
     kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
@@ -176,6 +278,9 @@ def build_cell(
             Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
             Mount(Path(private), "/out", read_only=False),
         ]
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            mounts.append(Mount(cache_dir.resolve(), "/cache", read_only=False))
         argv = [
             f"{images.VENV}/bin/python",
             "-m",
@@ -188,15 +293,19 @@ def build_cell(
             "--backend",
             cell.variant.backend,
             *(["--jobs", str(jobs)] if jobs else []),
+            *(["--cache-dir", "/cache"] if cache_dir is not None else ["--no-cache"]),
             # The matrix's capabilities for this CUDA version (its cuda-capabilities override, if any).
             *(["--cuda-capabilities", ",".join(cell.capabilities)] if cell.capabilities else []),
         ]
-        with container(client, image, mounts=mounts, network="none", env=env) as box:
+        labels = {RUN_LABEL: run_label} if run_label else {}
+        with container(client, image, mounts=mounts, network="none", env=env, labels=labels) as box:
             result = box.run(argv)
         log_path = logs / f"{cell.name}.container.log"
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
         for inner_log in (Path(private) / "logs").glob("*.log"):
             shutil.copyfile(inner_log, logs / inner_log.name)
+        stats_file = Path(private) / "logs" / f"{cell.name}.build.json"
+        stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
         if result.exit_code != 0:
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
             last = last.replace("/out/", f"{build_dir}/")
@@ -204,6 +313,17 @@ def build_cell(
         made = sorted(p.name for p in Path(private).iterdir() if (p / "metadata.json").is_file())
         if made != [cell.name]:
             raise BuildError(f"{cell.name}: the build in {image} made {made or 'nothing'} (see {log_path})")
+        abi_gate(Path(private) / cell.name, cell.name)
         final = build_dir / cell.name
         replace_dir(Path(private) / cell.name, final)
-    return final
+    return final, stats
+
+
+def abi_gate(variant_dir: Path, name: str) -> None:
+    """kernel-abi-check (abi3 3.9, manylinux_2_28) on every .so: a failure fails the cell."""
+    for library in variant_libraries(variant_dir):
+        report = check_library(library)
+        if not report.ok:
+            problems = "; ".join([*report.abi3_violations, *report.manylinux_violations][:3])
+            rules = f"{report.manylinux}, abi3 {report.python_abi}"
+            raise AbiError(f"{name}: {library.name} fails the ABI check ({rules}): {problems}")

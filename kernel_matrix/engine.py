@@ -74,6 +74,7 @@ def container(
     user: str | None = None,
     env: dict[str, str] | None = None,
     name: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Iterator[Container]:
     """Run `image` idle (its commands come through Container.run), always removing it.
 
@@ -92,7 +93,7 @@ def container(
             user=user or f"{os.getuid()}:{os.getgid()}",
             environment=env or {},
             mounts=[m.as_docker() for m in mounts],
-            labels={"kernel-matrix": "1"},
+            labels={"kernel-matrix": "1", **(labels or {})},
             # Builds need no privileges: none are granted, and none can be gained.
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],

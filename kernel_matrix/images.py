@@ -1,12 +1,15 @@
 """Builder images, tagged by a hash of everything that goes into them, so an
 unchanged image is found and reused, never rebuilt.
 
-The offline base is for hosts without a container registry (our CI): a Debian
-root filesystem from debootstrap, imported. A builder image adds, in a venv at
-/opt/km, the cell's torch (headers and libraries; not imported at build time),
-the CUDA toolchain from PyPI's nvidia-cuda-* wheels for CUDA cells, and what
-kernel-matrix's build command imports. kernel-matrix itself is mounted at build
-time, so changing it never invalidates an image."""
+Two kinds. "official" (production, hosts with a registry): docker/builder.Dockerfile
+on the cell's official CUDA devel image. "offline" (hosts without a registry, our
+CI): a Debian root filesystem from debootstrap, imported, then a builder made by
+running a container with the host's pip setup mounted and committing it. Either
+way the builder holds, in a venv at /opt/km, the cell's torch (headers and
+libraries; not imported at build time), the CUDA toolchain (the image's own, or
+PyPI's nvidia-cuda-* wheels offline), and what kernel-matrix's build command
+imports. kernel-matrix itself is mounted at build time, so changing it never
+invalidates an image."""
 
 from __future__ import annotations
 
@@ -34,8 +37,19 @@ BUILD_TOOL_REQUIREMENTS = ("typer>=0.12", "rich>=13", "pydantic>=2.6", "pyyaml>=
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
 OFFLINE_CUDA_MAJOR = "13"
 VENV = "/opt/km"
+DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "builder.Dockerfile"
 CUDA_HOME = "/opt/cuda"
 LABEL = "kernel-matrix.image"
+# Run in the builder's venv after torch is installed: its CUDA major must be the
+# cell's (read from torch/version.py; torch is not imported, nothing runs).
+_CHECK_TORCH_CUDA = """
+import glob, runpy, sys
+info = runpy.run_path(glob.glob(sys.prefix + "/lib/python3*/site-packages/torch/version.py")[0])
+built_for, wanted = info.get("cuda") or "none (a CPU build)", sys.argv[1]
+if built_for.split(".")[0] != wanted.split(".")[0]:
+    sys.exit(f"the index gave torch {info['__version__']} built for CUDA {built_for}, not CUDA {wanted}: "
+             "point the cell's torch-index at an index with CUDA builds")
+"""
 
 
 def _digest(*parts: object) -> str:
@@ -149,13 +163,6 @@ def builder_image(
             f"base image {base} is not present in the engine (it is never pulled): pull or build it first, "
             "or use --image offline"
         ) from None
-    packages = [f"torch=={torch}.*"] + ([f"{w}=={cuda}.*" for w in CUDA_WHEELS] if cuda else [])
-    digest = _digest(base_id, packages, torch_index, BUILD_TOOL_REQUIREMENTS, sorted(pip.env.items()))
-    compute = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
-    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-{compute}-{digest}"
-    if _present(client, tag):
-        return tag
-    log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
     # Wheels only: no package's setup code runs in this (root, networked) step.
     pip_install = [
         f"{VENV}/bin/pip",
@@ -166,17 +173,29 @@ def builder_image(
         "--only-binary=:all:",
     ]
     index = [] if torch_index == "pypi" else ["--index-url", torch_index]
+    # torch is only compiled and linked against: its runtime dependencies stay
+    # out. It comes from the indexes only: a find-links folder may hold another
+    # build of the same version (a CPU torch 2.13.0 has the file name of PyPI's
+    # CUDA one), and pip cannot tell them apart.
+    torch_step = ["env", "-u", "PIP_FIND_LINKS", *pip_install, "--no-deps", *index, f"torch=={torch}.*"]
     steps = [
         ["python3", "-m", "venv", VENV],
         [*pip_install, *BUILD_TOOL_REQUIREMENTS],
-        # torch is only compiled and linked against: its runtime dependencies stay out.
-        [*pip_install, "--no-deps", *index, f"torch=={torch}.*"],
+        torch_step,
+        *([[f"{VENV}/bin/python", "-c", _CHECK_TORCH_CUDA, cuda]] if cuda else []),
         # The CUDA toolchain comes from PyPI, whatever index torch comes from.
         *([[*pip_install, "--no-deps", *(f"{w}=={cuda}.*" for w in CUDA_WHEELS)]] if cuda else []),
     ]
     script = " && ".join(shlex.join(step) for step in steps)
     if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
         script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda.split('.')[0]} {CUDA_HOME}"
+    # The recipe itself is hashed: changing how images are made makes new ones.
+    digest = _digest(base_id, script, sorted(pip.env.items()))
+    compute = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-{compute}-{digest}"
+    if _present(client, tag):
+        return tag
+    log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
     # Registries are needed here, so this step runs on the host network (no bridge exists).
     # The pip settings go to the command, not the container: `docker commit`
     # would otherwise keep them (index credentials too) in the image.
@@ -186,4 +205,41 @@ def builder_image(
             raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
         repository, version = tag.split(":")
         box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
+    return tag
+
+
+def official_builder(
+    client: docker.DockerClient, base: str, *, torch: str, torch_index: str, log=print, dockerfile: Path = DOCKERFILE
+) -> str:
+    """The production builder: docker/builder.Dockerfile on the official CUDA
+    image `base` (pulled by the build if missing). Tagged by a hash of the
+    Dockerfile and its arguments: found and reused, else built once."""
+    if not dockerfile.is_file():
+        raise EngineError(f"{dockerfile} is missing: official builders are made from it (use --image offline)")
+    args = {
+        "BASE_IMAGE": base,
+        "TORCH_SPEC": f"torch=={torch}.*",
+        "TORCH_INDEX_URL": "" if torch_index == "pypi" else torch_index,
+        "BUILD_TOOLS": " ".join(BUILD_TOOL_REQUIREMENTS),
+    }
+    digest = _digest(dockerfile.read_text(), sorted(args.items()))
+    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-official-{digest}"
+    if _present(client, tag):
+        return tag
+    log(f"creating {tag} from {dockerfile.name} on {base}")
+    try:
+        for chunk in client.api.build(
+            path=str(dockerfile.parent),
+            dockerfile=dockerfile.name,
+            buildargs=args,
+            tag=tag,
+            network_mode="host",  # registries are needed here; no bridge exists on our engines
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
+            if "error" in chunk:
+                raise EngineError(f"creating {tag} failed: {str(chunk['error']).strip()[-800:]}")
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"creating {tag} failed: {str(exc).splitlines()[0][:300]}") from None
     return tag

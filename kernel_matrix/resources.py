@@ -40,10 +40,16 @@ def available_memory() -> int | None:
 
 
 def plan_parallelism(
-    builds: int | None = None, *, n_cores: int | None = None, memory: int | None = None, max_jobs: str | None = None
+    builds: int | None = None,
+    *,
+    at_most: int | None = None,
+    n_cores: int | None = None,
+    memory: int | None = None,
+    max_jobs: str | None = None,
 ) -> Parallelism:
-    """builds: how many variants to build at once (None: as many as make sense, one per
-    two compile slots). The compile slots are shared out between them."""
+    """builds: how many variants to build at once (None: one per two compile slots),
+    never more than at_most (the number there are). The compile slots are shared
+    out between them."""
     n_cores = n_cores or cores()
     memory = memory if memory is not None else available_memory()
     max_jobs = max_jobs if max_jobs is not None else os.environ.get("MAX_JOBS")
@@ -52,6 +58,7 @@ def plan_parallelism(
         slots = min(slots, max(1, memory // MEMORY_PER_COMPILE))
     if max_jobs and max_jobs.isdigit() and int(max_jobs) > 0:
         slots = min(slots, int(max_jobs))
-    builds = max(1, builds if builds else slots // 2)
+    builds = builds if builds else slots // 2
+    builds = max(1, min(builds, at_most) if at_most else builds)
     per_build = max(1, slots // builds)
     return Parallelism(builds=builds, compiles=per_build, nvcc_threads=per_build)

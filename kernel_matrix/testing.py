@@ -38,6 +38,8 @@ def run_kernel_tests(
 ) -> None:
     """Run tests_dir with pytest in a fresh interpreter; raise TestFailure if it fails."""
     env = {**os.environ, VARIANT_ENV: str(variant_dir)}
+    if python and os.sep in python:
+        python = str(Path(python).absolute())  # the tests run in another folder
     argv = [
         python or sys.executable,
         "-m",
@@ -49,6 +51,9 @@ def run_kernel_tests(
         *pytest_args,
     ]
     # cwd is the tests folder: nothing of the service or the kernel's sources is importable.
-    code = subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
+    try:
+        code = subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
+    except OSError as exc:
+        raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
     if code != 0:
         raise TestFailure(f"the test suite of {variant_dir.name} failed (pytest exit {code})")

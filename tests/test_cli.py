@@ -1,7 +1,7 @@
 """The command line: help everywhere, distinct exit codes, one-line errors."""
 
 import pytest
-from conftest import kernel_matrix
+from conftest import REPO, kernel_matrix
 
 from kernel_matrix.errors import ExitCode
 
@@ -36,3 +36,12 @@ def test_a_missing_torch_is_a_toolchain_error(tmp_path):
     assert result.returncode == ExitCode.TOOLCHAIN, result.stderr
     assert "torch is not installed for" in result.stderr and result.stderr.count("\n") == 1
     assert sys.executable  # the suite's own interpreter is untouched
+
+
+def test_test_with_a_python_that_does_not_exist_is_one_line(built, tmp_path):
+    variant = next(iter(built.values()))
+    result = kernel_matrix("test", str(variant), "--python", "./no-such-venv/bin/python")
+    assert result.returncode == ExitCode.CONFIG
+    assert result.stderr.strip().splitlines() == [
+        f"error: --python {REPO / 'no-such-venv/bin/python'}: cannot run it: No such file or directory"
+    ]

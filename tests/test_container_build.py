@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from conftest import KERNEL_DIR, kernel_matrix
 
 from kernel_matrix import container_build
-from kernel_matrix.errors import BuildError, ExitCode
+from kernel_matrix.errors import AbiError, BuildError, ExitCode
 from kernel_matrix.matrix import Machine, load_matrix, select
 
 pytestmark = pytest.mark.build
@@ -31,7 +32,7 @@ def local_cuda_cell(engine):
         profile="local",
         machine=Machine(arch="x86_64", nvcc=nvcc.version),
     )
-    return max(cells, key=lambda c: c.variant.torch.split("."))
+    return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
 
 
 def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR):
@@ -105,7 +106,7 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
         if cell.variant.cuda == "12.6":
             raise BuildError(f"{cell.name}: compile failed")
         built.append(cell.name)
-        return tmp_path / cell.name
+        return tmp_path / cell.name, {"compiled": 1, "cached": 2}
 
     monkeypatch.setattr(container_build, "build_cell", fake_build)
     monkeypatch.setattr(container_build.images, "offline_base", lambda client, log: "base")
@@ -117,7 +118,26 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
         client, cells, kernel_dir=KERNEL_DIR, build_dir=tmp_path, image_kind="offline", jobs=None, log=lambda m: None
     )
     assert [r.ok for r in results] == [c.variant.cuda != "12.6" for c in cells]
-    assert built == [c.name for c in cells if c.variant.cuda != "12.6"]
+    assert sorted(built) == sorted(c.name for c in cells if c.variant.cuda != "12.6")
+    assert {r.objects for r in results if r.ok} == {"2 of 3"}
+    summary = container_build.summary_markdown(results).splitlines()
+    assert summary[0].startswith("| variant | status | seconds | .so size | objects cached |")
+    assert any("| FAILED |" in line and "compile failed" in line for line in summary)
+
+
+def test_the_abi_gate_fails_a_library_that_needs_a_newer_glibc(tmp_path):
+    """pthread_create moved into libc in glibc 2.34: a .so linked here needs GLIBC_2.34."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    (tmp_path / "new.c").write_text(
+        "#include <pthread.h>\nstatic void *f(void *a) { return a; }\n"
+        "int start(pthread_t *t) { return pthread_create(t, 0, f, 0); }\n"
+    )
+    variant = tmp_path / "variant"
+    variant.mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "new.c"), "-o", str(variant / "_x.abi3.so")], check=True)
+    with pytest.raises(AbiError, match=r"variant: _x.abi3.so fails the ABI check \(manylinux_2_28.*GLIBC"):
+        container_build.abi_gate(variant, "variant")
 
 
 def test_no_engine_is_one_line_with_its_exit_code(tmp_path):

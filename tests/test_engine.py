@@ -86,3 +86,36 @@ def test_no_engine_is_one_clear_error(monkeypatch):
     message = str(raised.value)
     assert "\n" not in message and "unix:///nonexistent/docker.sock" in message
     assert "scripts/docker-engine start" in message
+
+
+def test_dockerfile_builders_are_tagged_by_content_reused_and_fail_in_one_line(engine, busybox, tmp_path):
+    """The official-image path (docker/builder.Dockerfile) through the same code,
+    on a stand-in Dockerfile over the local busybox image (no registry here)."""
+    from kernel_matrix import images
+
+    dockerfile = tmp_path / "builder.Dockerfile"
+    dockerfile.write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG TORCH_SPEC\nARG TORCH_INDEX_URL\n"
+        'RUN echo "$TORCH_SPEC from ${TORCH_INDEX_URL:-pypi}" > /spec\n'
+    )
+    made = []
+    try:
+        tag = images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile)
+        made.append(tag)
+        with container(engine, tag) as box:
+            assert box.run(["cat", "/spec"]).output == "torch==2.13.* from pypi\n"
+        image_id = engine.images.get(tag).id
+        assert images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile) == tag
+        assert engine.images.get(tag).id == image_id  # reused, not rebuilt
+        other = images.official_builder(engine, busybox, torch="2.14", torch_index="pypi", dockerfile=dockerfile)
+        made.append(other)
+        assert other != tag
+
+        dockerfile.write_text(dockerfile.read_text() + "RUN exit 3\n")
+        failure = r"creating kernel-matrix/builder:torch213-official-\w+ failed: .*"
+        with pytest.raises(EngineError, match=failure) as err:
+            images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile)
+        assert "\n" not in str(err.value)
+    finally:
+        for tag in made:
+            engine.images.remove(tag, force=True)

@@ -1,0 +1,44 @@
+# The production builder: an official CUDA devel image (Rocky Linux 8, glibc
+# 2.28, so variants built here pass manylinux_2_28 as they are) plus, in a venv
+# at /opt/km, the cell's torch (headers and libraries, not its dependencies) and
+# what `kernel-matrix build` imports. Made by kernel_matrix/images.py, which
+# passes every argument and tags the image with a hash of this file and them:
+#
+#   docker build -f docker/builder.Dockerfile \
+#     --build-arg BASE_IMAGE=nvidia/cuda:13.0.2-devel-rockylinux8 \
+#     --build-arg TORCH_SPEC='torch==2.14.*' docker/
+#
+# kernel-matrix and the kernel are mounted at build time, never copied in, so
+# neither invalidates the image. Nothing secret is passed: an index with
+# credentials belongs in the runner's pip configuration, not in a build arg.
+ARG BASE_IMAGE=nvidia/cuda:13.0.2-devel-rockylinux8
+FROM ${BASE_IMAGE}
+
+# Rocky 8's own Python is 3.6: kernel-matrix needs >= 3.10. gcc-toolset-13 is
+# a C++20 compiler that still links for glibc 2.28 (its newer libstdc++ parts
+# are linked in statically, as the manylinux images do).
+ARG PYTHON=python3.11
+ARG GCC_TOOLSET=gcc-toolset-13
+# hadolint ignore=DL3041
+RUN dnf install -y --setopt=install_weak_deps=False "${PYTHON}" "${PYTHON}-devel" "${GCC_TOOLSET}-gcc-c++" \
+ && dnf clean all \
+ && rm -rf /var/cache/dnf
+ENV PATH=/opt/rh/${GCC_TOOLSET}/root/usr/bin:/opt/km/bin:${PATH} \
+    CUDA_HOME=/usr/local/cuda
+
+# Exact versions come from images.py (kernel_matrix/images.py BUILD_TOOL_REQUIREMENTS).
+ARG BUILD_TOOLS="typer>=0.12 rich>=13 pydantic>=2.6 pyyaml>=6 packaging>=23"
+ARG TORCH_SPEC=torch==2.14.*
+# Empty: PyPI. Otherwise a PEP 503 index (download.pytorch.org/whl/cu130, a mirror).
+ARG TORCH_INDEX_URL=""
+# Wheels only: no package's setup code runs while the image is made.
+# hadolint ignore=DL3013,SC2086
+RUN "${PYTHON}" -m venv /opt/km \
+ && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: ${BUILD_TOOLS} \
+ && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: --no-deps \
+      ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "${TORCH_SPEC}" \
+ && ln -s /usr/local/cuda /opt/cuda
+
+LABEL kernel-matrix.image="builder"
+# Builds run as the invoking user (docker run --user), never as root.
+USER 65534:65534
