@@ -302,9 +302,9 @@ def build_cell(
             result = box.run(argv)
         log_path = logs / f"{cell.name}.container.log"
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
-        for inner_log in (Path(private) / "logs").glob("*.log"):
+        for inner_log in (Path(private) / "logs").glob("*"):  # compile logs, build statistics
             shutil.copyfile(inner_log, logs / inner_log.name)
-        stats_file = Path(private) / "logs" / f"{cell.name}.build.json"
+        stats_file = logs / f"{cell.name}.build.json"
         stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
         if result.exit_code != 0:
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")

@@ -149,14 +149,16 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int
     module_source.write_text(render_template("module.cpp.in", module=plan.module))
     backend_define = f"{plan.backend.upper()}_KERNEL"  # as kernel-builder defines it
     compiles: list[Step] = []
-    include_dirs: set[Path] = set()
+    # Insertion-ordered, not a set: a set's order changes from run to run, and
+    # so would the binding's command line (and its cache key).
+    include_dirs: dict[Path, None] = {}
 
     for name, kernel in config.kernels_for(plan.backend).items():
         includes = [kernel_dir / d for d in kernel.include]
-        include_dirs.update(includes)
+        include_dirs.update(dict.fromkeys(includes))
         for src in kernel.src:
             source = kernel_dir / src
-            include_dirs.add(source.parent)
+            include_dirs[source.parent] = None
             output = work / "obj" / name / (Path(src).name + ".o")
             if source.suffix in _CUDA_SUFFIXES:
                 assert plan.nvcc is not None

@@ -1,10 +1,13 @@
 """A content-addressed cache of compiled objects, for gcc and nvcc alike (the
 idea of ccache's direct mode, small enough to read).
 
-A compile is looked up by its command line (output path aside), the identity of
-its compilers and its source file's bytes. That key's manifest lists every file
-the compile read last time (from the compiler's -MD output) with its hash; a hit
-needs each of them unchanged, and then the object is copied instead of compiled.
+A compile is looked up by its command line (output path aside) and the identity
+of its compilers. That key's manifest lists, for each object made with it, every
+file the compile read (from the compiler's -MD output: the source and all its
+headers) with its hash; a hit needs every file of one entry unchanged, and then
+that object is copied instead of compiled. One command line has several entries
+when the files differ: builder images of four torch versions put their headers at
+the same paths, so the binding's command line is the same in each.
 
 So the torch-free CUDA file, compiled with the same nvcc, flags and headers,
 compiles once per CUDA version and is reused by every torch version's build; a
@@ -22,6 +25,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+# Objects kept per command line: one per torch version and CUDA toolchain in use, with room.
+MAX_ENTRIES = 16
 # A make rule's prerequisites are separated by unescaped whitespace.
 _DEP_SPLIT = re.compile(r"(?<!\\)\s+")
 
@@ -33,15 +38,14 @@ class ObjectCache:
 
     def fetch(self, argv: list[str], output: Path, compilers: list[str]) -> bool:
         """Copy the cached object for this compile to output; False on a miss."""
-        manifest = self._manifest_path(self._key(argv, output, compilers))
-        try:
-            recorded = json.loads(manifest.read_text())
-            if any(self._hash(Path(path)) != digest for path, digest in recorded["inputs"].items()):
-                return False
-            shutil.copyfile(self.root / "objects" / recorded["object"], output)
-        except (OSError, ValueError, KeyError):
-            return False  # absent, unreadable, or an input vanished: compile
-        return True
+        for entry in self._entries(self._key(argv, output, compilers)):
+            try:
+                if all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items()):
+                    shutil.copyfile(self.root / "objects" / entry["object"], output)
+                    return True
+            except (OSError, KeyError, TypeError):
+                continue  # an input or the object vanished: try the next entry
+        return False
 
     def store(self, argv: list[str], output: Path, compilers: list[str], depfile: Path) -> None:
         """Record a compile's object and what it read (never fails the build)."""
@@ -50,10 +54,20 @@ class ObjectCache:
             key = self._key(argv, output, compilers)
             content = hashlib.sha256(output.read_bytes()).hexdigest()
             self._write(self.root / "objects" / content, output.read_bytes())
-            record = {"inputs": inputs, "object": content}
-            self._write(self._manifest_path(key), json.dumps(record, sort_keys=True).encode())
+            # Newest first; parallel builds may each add one and the last rename
+            # wins, which only costs the loser's entry a compile next time.
+            entries = [{"inputs": inputs, "object": content}]
+            entries += [e for e in self._entries(key) if e.get("inputs") != inputs][: MAX_ENTRIES - 1]
+            self._write(self._manifest_path(key), json.dumps(entries, sort_keys=True).encode())
         except OSError:
             pass  # a full or read-only cache only costs the next build a compile
+
+    def _entries(self, key: str) -> list[dict]:
+        try:
+            entries = json.loads(self._manifest_path(key).read_text())
+        except (OSError, ValueError):
+            return []
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
     def _key(self, argv: list[str], output: Path, compilers: list[str]) -> str:
         parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers]]

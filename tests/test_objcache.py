@@ -51,8 +51,17 @@ def test_a_hit_needs_the_same_source_and_headers(tmp_path):
     assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "third") is False
     assert (tmp_path / "third.o").read_bytes() != (tmp_path / "first.o").read_bytes()
 
+    # Back to the first header: both objects are kept (one per set of inputs,
+    # as four torch versions' builder images put different headers at one path).
+    (tmp_path / "value.h").write_text("#define VALUE 1\n")
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "fourth") is True
+    assert (tmp_path / "fourth.o").read_bytes() == (tmp_path / "first.o").read_bytes()
+    (tmp_path / "value.h").write_text("#define VALUE 2\n")
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "fifth") is True
+    assert (tmp_path / "fifth.o").read_bytes() == (tmp_path / "third.o").read_bytes()
+
     (tmp_path / "src.cpp").write_text('#include "value.h"\nint value() { return VALUE + 1; }\n')
-    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "fifth") is False
+    assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "sixth") is False
 
 
 def test_a_broken_cache_entry_compiles_again(tmp_path):
@@ -60,8 +69,8 @@ def test_a_broken_cache_entry_compiles_again(tmp_path):
     cache = ObjectCache(tmp_path / "cache")
     _compile(tmp_path, cache, "first")
     for manifest in (tmp_path / "cache" / "manifests").rglob("*.json"):
-        record = json.loads(manifest.read_text())
-        (tmp_path / "cache" / "objects" / record["object"]).unlink()
+        for entry in json.loads(manifest.read_text()):
+            (tmp_path / "cache" / "objects" / entry["object"]).unlink()
     assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "second") is False
     assert (tmp_path / "second.o").read_bytes() == (tmp_path / "first.o").read_bytes()
 
