@@ -1,10 +1,15 @@
-"""The GitHub Actions workflows: structure, security rules, and that the plan
-job's output is exactly what the build job's fromJSON reads."""
+"""The GitHub Actions workflows: triggers, job graph, runner labels, permissions
+and secrets; the conditions that keep forks off the GPU runners and releases to
+tags and the default branch, evaluated for each kind of run by a small evaluator
+of GitHub's expression language; and that the commands in the YAML, run as the
+jobs run them, write what the next jobs read (fromJSON, artifacts, summaries).
+The linters (actionlint, zizmor, hadolint, shellcheck) are in test_lint_gates.py."""
 
+import fnmatch
 import json
+import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +18,23 @@ import pytest
 import yaml
 from conftest import REPO, kernel_matrix
 
-from kernel_matrix.matrix import github_matrix, load_matrix, select
+from kernel_matrix.matrix import PROFILES, github_matrix, load_matrix, select
 
-WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+WORKFLOW_DIR = REPO / ".github" / "workflows"
+WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
+BIN = Path(sys.executable).parent  # kernel-matrix, as the jobs find it on PATH after `pip install .`
+
+# The only actions the workflows may use, each at the commit of the release its comment names.
+PINNED = {
+    "actions/checkout": ("11bd71901bbe5b1630ceea73d27597364c9af683", "v4.2.2"),
+    "actions/upload-artifact": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+    "actions/download-artifact": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+}
+FORK_CLAUSE = (
+    "github.event_name != 'pull_request' || github.event.pull_request.head.repo.full_name == github.repository"
+)
+DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 
 
 def load(path: Path) -> dict:
@@ -24,41 +43,436 @@ def load(path: Path) -> dict:
     return data
 
 
+BUILD = load(WORKFLOW_DIR / "build.yml")
+JOBS = BUILD["jobs"]
+
+
+# --- GitHub's expression language, as much of it as the workflows use -------------------------------------------
+
+
+class Expression:
+    """Evaluates `${{ }}` expressions: literals, context paths (missing -> null), ! == != < <= > >= && || and
+    parentheses, and the functions below, with GitHub's rules: && and || return an operand, strings compare
+    ignoring case, other mixed types compare as numbers."""
+
+    TOKEN = re.compile(
+        r"\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>\d+(?:\.\d+)?)|(?P<op>==|!=|<=|>=|&&|\|\||[()!<>,])"
+        r"|(?P<name>[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*))"
+    )
+    STATUS_FUNCTIONS = ("always(", "success(", "failure(", "cancelled(")
+
+    def __init__(self, text: str):
+        self.tokens, pos, text = [], 0, text.strip()
+        while pos < len(text):
+            match = self.TOKEN.match(text, pos)
+            assert match and match.end() > pos, f"cannot read {text[pos:]!r}"
+            kind = match.lastgroup
+            self.tokens.append((kind, match.group(kind)))
+            pos = match.end()
+        self.text = text
+
+    def evaluate(self, context: dict):
+        self.pos, self.context = 0, context
+        value = self._or()
+        assert self.pos == len(self.tokens), f"trailing tokens in {self.text!r}"
+        return value
+
+    def _peek(self):
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else (None, None)
+
+    def _take(self, op=None):
+        token = self._peek()
+        assert op is None or token == ("op", op), f"expected {op!r} at {token} in {self.text!r}"
+        self.pos += 1
+        return token
+
+    def _or(self):
+        value = self._and()
+        while self._peek() == ("op", "||"):
+            self._take()
+            right = self._and()
+            value = value if truthy(value) else right
+        return value
+
+    def _and(self):
+        value = self._compare()
+        while self._peek() == ("op", "&&"):
+            self._take()
+            right = self._compare()
+            value = right if truthy(value) else value
+        return value
+
+    def _compare(self):
+        value = self._unary()
+        kind, op = self._peek()
+        if kind == "op" and op in ("==", "!=", "<", "<=", ">", ">="):
+            self._take()
+            right = self._unary()
+            if op in ("==", "!="):
+                return equal(value, right) == (op == "==")
+            a, b = number(value), number(right)
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        return value
+
+    def _unary(self):
+        if self._peek() == ("op", "!"):
+            self._take()
+            return not truthy(self._unary())
+        return self._primary()
+
+    def _primary(self):
+        kind, value = self._take()
+        if kind == "str":
+            return value[1:-1].replace("''", "'")
+        if kind == "num":
+            return float(value)
+        if (kind, value) == ("op", "("):
+            inner = self._or()
+            self._take(")")
+            return inner
+        assert kind == "name", f"unexpected {value!r} in {self.text!r}"
+        if value in ("true", "false", "null"):
+            return {"true": True, "false": False, "null": None}[value]
+        if self._peek() == ("op", "("):
+            self._take()
+            args = []
+            while self._peek() != ("op", ")"):
+                args.append(self._or())
+                if self._peek() == ("op", ","):
+                    self._take()
+            self._take(")")
+            return self._call(value, args)
+        found = self.context
+        for part in value.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        return found
+
+    def _call(self, name: str, args: list):
+        status = self.context.get("status")
+        functions = {
+            "format": lambda fmt, *rest: re.sub(r"\{(\d+)\}", lambda m: text(rest[int(m.group(1))]), fmt),
+            "contains": lambda a, b: text(b).lower() in text(a).lower(),
+            "startsWith": lambda a, b: text(a).lower().startswith(text(b).lower()),
+            "fromJSON": lambda s: json.loads(s),
+            "always": lambda: True,
+            "success": lambda: status == "success",
+            "failure": lambda: status == "failure",
+            "cancelled": lambda: status == "cancelled",
+        }
+        assert name in functions, f"the evaluator does not know {name}()"
+        return functions[name](*args)
+
+
+def truthy(value) -> bool:
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return value not in (None, False, 0, "")
+
+
+def number(value) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool | int | float):
+        return float(value)
+    try:
+        return float(value) if value.strip() else 0.0
+    except ValueError:
+        return math.nan
+
+
+def equal(a, b) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return a.lower() == b.lower()
+    if type(a) is type(b):
+        return a == b
+    return number(a) == number(b)
+
+
+def text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def render(value, context: dict):
+    """A workflow value: a lone `${{ }}` gives the expression's value, text with some gives text."""
+    if not isinstance(value, str):
+        return value
+    lone = re.fullmatch(r"\$\{\{((?:(?!\}\}).)*)\}\}", value.strip(), re.S)
+    if lone:
+        return Expression(lone.group(1)).evaluate(context)
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: text(Expression(m.group(1)).evaluate(context)), value)
+
+
+def runs(job: dict, context: dict) -> bool:
+    """Whether GitHub starts the job: its `if`, with success() added when it names no status function."""
+    condition = job.get("if")
+    if condition is None:
+        return context["status"] == "success"
+    condition = re.sub(r"^\$\{\{(.*)\}\}$", r"\1", condition.strip(), flags=re.S)
+    if not any(f in condition for f in Expression.STATUS_FUNCTIONS):
+        condition = f"success() && ({condition})"
+    return truthy(Expression(condition).evaluate(context))
+
+
+def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, status: str = "success", **inputs):
+    """The contexts of one kind of run of build.yml (repository owner/kernel, default branch main)."""
+    github = {
+        "repository": "owner/kernel",
+        "run_id": run_id,
+        "workflow": BUILD["name"],
+        "event": {"repository": {"default_branch": "main"}},
+    }
+    if kind in ("fork-pr", "same-repo-pr", "deleted-fork-pr"):
+        head = {"fork-pr": {"full_name": "someone/kernel"}, "same-repo-pr": {"full_name": "owner/kernel"}}.get(kind)
+        github |= {
+            "event_name": "pull_request",
+            "ref": "refs/pull/7/merge",
+            "ref_type": "branch",
+            "ref_name": "7/merge",
+        }
+        github["event"]["pull_request"] = {"number": 7, "head": {"repo": head}}
+    elif kind in ("push", "dispatch"):
+        github |= {
+            "event_name": "push" if kind == "push" else "workflow_dispatch",
+            "ref": ref,
+            "ref_type": "tag" if ref.startswith("refs/tags/") else "branch",
+            "ref_name": ref.split("/", 2)[2],
+        }
+    else:
+        raise ValueError(kind)
+    declared = BUILD["on"]["workflow_dispatch"]["inputs"]
+    values = {name: spec.get("default") for name, spec in declared.items()} if kind == "dispatch" else {}
+    values |= {name.replace("_", "-"): value for name, value in inputs.items()}
+    context = {"github": github, "inputs": values, "secrets": {"HF_TOKEN": "hf_secret"}, "status": status}
+    context["env"] = {name: render(value, context) for name, value in BUILD.get("env", {}).items()}
+    context["needs"] = {"plan": {"outputs": {"cells": '{"include":[{}]}', "gpu_cells": '{"include":[{}]}'}}}
+    return context
+
+
+def bash(command: str, env: dict, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """A `run:` as the runner runs it: bash -e, with the step's environment."""
+    full = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **{k: text(v) for k, v in env.items()}}
+    return subprocess.run(["bash", "-e", "-c", command], cwd=cwd, env=full, capture_output=True, text=True)
+
+
+def step(job: str, uses: str | None = None, run: str | None = None, index: int = 0) -> dict:
+    found = [
+        s
+        for s in JOBS[job]["steps"]
+        if (uses is None or s.get("uses", "").startswith(uses + "@"))
+        and (run is None or s.get("run", "").startswith(run))
+    ]
+    return found[index]
+
+
+# --- the rules every workflow keeps ------------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
 def test_workflows_are_locked_down(path):
     workflow = load(path)
-    text = path.read_text()
-    assert "pull_request_target" not in text
-    assert workflow["permissions"] in ({}, {"contents": "read"})
-    for job in workflow["jobs"].values():
-        assert "timeout-minutes" in job
-        for step in job["steps"]:
-            if "uses" in step:
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
-                if step["uses"].startswith("actions/checkout@"):
-                    assert step["with"]["persist-credentials"] is False
+    text_ = path.read_text()
+    # Fork code must never run with this repository's token or secrets.
+    assert "pull_request_target" not in text_ and "workflow_run" not in text_
+    assert workflow["permissions"] == {}, "no token permission at the top: each job asks for its own"
+    for name, job in workflow["jobs"].items():
+        assert "timeout-minutes" in job, name
+        assert job.get("permissions", {}) in ({}, {"contents": "read"}), f"{name} needs no write permission"
+        for holder in [job.get("container"), *job.get("services", {}).values()]:
+            image = holder.get("image", "") if isinstance(holder, dict) else holder
+            assert image is None or "@sha256:" in image, f"{name}: a job image must be pinned by digest"
+        for s in job["steps"]:
+            if "uses" in s:
+                action, _, commit = s["uses"].partition("@")
+                assert action in PINNED, f"{name}: {action} is not one of the actions this project trusts"
+                assert commit == PINNED[action][0], f"{name}: {s['uses']} is not the pinned commit"
+                if action == "actions/checkout":
+                    assert s["with"]["persist-credentials"] is False
+                # No action is told to cache: nothing restored can change what is built or published.
+                assert "cache" not in s.get("with", {}), name
             # Expressions reach commands through env, never by text substitution.
-            assert "${{" not in step.get("run", "")
+            assert "${{" not in s.get("run", ""), f"{name}: {s['run']}"
+    # Every pinned commit carries its release in a comment, and it is the release of that commit.
+    for line in text_.splitlines():
+        if "uses:" in line:
+            match = re.search(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40})  # (v[\d.]+)$", line)
+            assert match, f"not pinned to a commit with its version in a comment: {line.strip()}"
+            assert PINNED[match.group(1)] == (match.group(2), match.group(3)), line.strip()
 
 
-def test_build_workflow_triggers_and_matrix():
-    workflow = load(REPO / ".github" / "workflows" / "build.yml")
-    assert set(workflow["on"]) == {"push", "pull_request", "workflow_dispatch"}
-    assert workflow["on"]["push"]["tags"] == ["v*"]
-    build = workflow["jobs"]["build"]
-    assert build["needs"] == "plan"
-    assert build["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
-    assert build["strategy"]["fail-fast"] is False
-    assert build["runs-on"] == "${{ matrix.build_runner }}"
-    plan_step = next(s for s in workflow["jobs"]["plan"]["steps"] if s.get("id") == "plan")
-    assert "--github-output cells" in plan_step["run"]
+def test_build_workflow_triggers_and_dispatch_inputs():
+    on = BUILD["on"]
+    assert set(on) == {"push", "pull_request", "workflow_dispatch"}
+    assert on["push"] == {"branches": ["main"], "tags": ["v*"]}
+    inputs = on["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"profile", "only", "dry-run", "publish"}
+    assert inputs["profile"]["type"] == "choice" and inputs["profile"]["default"] == "full"
+    assert set(inputs["profile"]["options"]) <= set(PROFILES) - {"local"}  # local means "this machine"
+    assert inputs["only"] == {**inputs["only"], "type": "string", "default": ""}
+    for flag in ("dry-run", "publish"):
+        assert inputs[flag]["type"] == "boolean" and inputs[flag]["default"] is False, flag
 
 
-def test_a_schedule_checks_upstream_releases():
-    workflow = load(REPO / ".github" / "workflows" / "upstream.yml")
-    assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
-    (job,) = workflow["jobs"].values()
-    assert job["steps"][-1]["run"] == "kernel-matrix matrix --check-upstream"
+@pytest.mark.parametrize(
+    ("context", "profile"),
+    [
+        (run_context("same-repo-pr"), "pr"),
+        (run_context("fork-pr"), "pr"),
+        (run_context("push"), "full"),
+        (run_context("push", ref="refs/tags/v1.2.0"), "full"),
+        (run_context("dispatch"), "full"),
+        (run_context("dispatch", profile="pr"), "pr"),
+    ],
+    ids=["pr", "fork-pr", "push", "tag", "dispatch", "dispatch-pr"],
+)
+def test_the_profile_is_pr_for_pull_requests_and_full_otherwise(context, profile):
+    assert context["env"]["PROFILE"] == profile
+
+
+def test_the_job_graph():
+    assert {name: JOBS[name].get("needs") for name in JOBS} == {
+        "plan": None,
+        "build": "plan",
+        "test-gpu": ["plan", "build"],
+        "summary": ["build", "test-gpu"],
+        "publish": ["build", "test-gpu"],
+    }
+    assert set(JOBS["plan"]["outputs"]) == {"cells", "gpu_cells"}
+    for name, output in (("build", "cells"), ("test-gpu", "gpu_cells")):
+        strategy = JOBS[name]["strategy"]
+        assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
+        assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
+    assert JOBS["build"]["runs-on"] == "${{ matrix.build_runner }}"
+    assert JOBS["test-gpu"]["runs-on"] == "${{ matrix.test_runner }}"
+    assert JOBS["summary"]["if"] == "always()"
+
+
+def test_every_job_is_one_command_a_developer_can_run():
+    # Besides installing kernel-matrix, each job runs kernel-matrix, a script of the repository, or (summary) awk.
+    for name, job in JOBS.items():
+        commands = [s["run"] for s in job["steps"] if "run" in s and s["run"] != "python -m pip install --quiet ."]
+        assert commands, name
+        for command in commands:
+            first = command.split()[0]
+            assert first in ("kernel-matrix", "awk") or (first.startswith("scripts/") and (REPO / first).is_file())
+    assert [s["run"] for s in JOBS["test-gpu"]["steps"] if "run" in s] == ['scripts/gpu-test "$VARIANT"']
+    assert os.access(REPO / "scripts" / "gpu-test", os.X_OK)
+
+
+# --- runners: only test-gpu reaches a self-hosted runner, and never for a fork ----------------------------------
+
+
+def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
+    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="full"))["include"]
+    assert not any("self-hosted" in cell["build_runner"] for cell in cells), "builds run on GitHub's runners"
+    for cell in cells:
+        assert ("self-hosted" in cell["test_runner"]) == cell["gpu_test"] == (cell["backend"] == "cuda"), cell
+        if cell["gpu_test"]:
+            assert cell["arch"] in ("x86_64", "aarch64") and "gpu" in cell["test_runner"]
+    for path in WORKFLOWS:
+        for name, job in load(path)["jobs"].items():
+            runs_on = job["runs-on"]
+            if (path.name, name) == ("build.yml", "test-gpu"):
+                continue
+            assert runs_on == "${{ matrix.build_runner }}" or re.fullmatch(r"ubuntu-[\d.]+(-arm)?", runs_on), name
+
+
+# A run of each kind, and whether the GPU tests may run in it.
+GPU_RUNS = {
+    "fork-pr": (run_context("fork-pr"), False),
+    "fork-pr, head repository deleted": (run_context("deleted-fork-pr"), False),
+    "same-repo-pr": (run_context("same-repo-pr"), True),
+    "push to main": (run_context("push"), True),
+    "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
+    "dispatch": (run_context("dispatch", ref="refs/heads/feature"), True),
+    "same-repo-pr, a build failed": (run_context("same-repo-pr", status="failure"), True),
+    "same-repo-pr, cancelled": (run_context("same-repo-pr", status="cancelled"), False),
+}
+
+
+@pytest.mark.parametrize("kind", GPU_RUNS)
+def test_gpu_tests_never_run_for_forks(kind):
+    context, expected = GPU_RUNS[kind]
+    assert runs(JOBS["test-gpu"], context) is expected
+
+
+def test_the_gpu_jobs_condition_names_the_fork_rule_word_for_word():
+    # docs/runner-host.md quotes it; the table above checks what it means.
+    assert FORK_CLAUSE in " ".join(JOBS["test-gpu"]["if"].split())
+    assert f"`{FORK_CLAUSE}`" in (REPO / "docs" / "runner-host.md").read_text().replace("\n  ", " ")
+
+
+def test_gpu_tests_are_skipped_without_cuda_cells():
+    context = run_context("push")
+    context["needs"]["plan"]["outputs"]["gpu_cells"] = ""
+    assert runs(JOBS["test-gpu"], context) is False
+
+
+def test_the_condition_evaluator_reads_github_semantics():
+    # The tests above are only as good as the evaluator: pin the rules they rely on.
+    context = run_context("push")
+    assert Expression("'Owner/Kernel' == github.repository").evaluate(context) is True  # case-insensitive
+    assert Expression("github.event.pull_request.head.repo.full_name").evaluate(context) is None
+    assert Expression("inputs.publish || 'x'").evaluate(context) == "x"
+    assert Expression("github.ref == 'refs/heads/main' && 'yes' || 'no'").evaluate(context) == "yes"
+    assert Expression("!cancelled() && 1 == 1").evaluate(context) is True
+    assert Expression("format('refs/heads/{0}', 'main')").evaluate(context) == "refs/heads/main"
+    assert Expression("null == ''").evaluate(context) is True  # both are 0 as numbers
+
+
+# --- the plan job: what its commands write is what the matrix jobs read -----------------------------------------
+
+
+def plan_job(context: dict, tmp_path: Path) -> dict:
+    """Run the plan job's kernel-matrix steps as GitHub does; return its outputs as needs.plan.outputs."""
+    output = tmp_path / "github_output"
+    output.write_text("")
+    steps = {}
+    for s in JOBS["plan"]["steps"]:
+        if not s.get("run", "").startswith("kernel-matrix"):
+            continue
+        env = {**context["env"], **{k: render(v, context) for k, v in s.get("env", {}).items()}}
+        result = bash(s["run"], {**env, "GITHUB_OUTPUT": str(output)})
+        if result.returncode != 0:
+            assert s.get("continue-on-error") is True, f"{s['id']}: {result.stderr}"
+            assert "the selection is empty" in result.stderr, result.stderr
+        steps[s["id"]] = {"outputs": {}}
+        for line in output.read_text().splitlines():
+            name, _, value = line.partition("=")
+            steps[s["id"]]["outputs"][name] = value
+        output.write_text("")
+    return {name: text(render(value, {"steps": steps})) for name, value in JOBS["plan"]["outputs"].items()}
+
+
+PLAN_RUNS = {
+    "pr": (run_context("same-repo-pr"), "pr", None),
+    "push": (run_context("push"), "full", None),
+    "dispatch only=torch=2.13": (run_context("dispatch", only="torch=2.13"), "full", "torch=2.13"),
+    "dispatch pr only=arch=x86_64": (run_context("dispatch", profile="pr", only="arch=x86_64"), "pr", "arch=x86_64"),
+    "dispatch only=backend=cpu": (run_context("dispatch", only="backend=cpu"), "full", "backend=cpu"),
+}
+
+
+@pytest.mark.parametrize("kind", PLAN_RUNS)
+def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
+    context, profile, only = PLAN_RUNS[kind]
+    outputs = plan_job(context, tmp_path)
+    matrix = load_matrix(REPO / "build_matrix.yaml")
+    cells = json.loads(outputs["cells"])  # what fromJSON parses
+    assert cells == github_matrix(select(matrix, profile=profile, only=only))
+    gpu = [cell for cell in cells["include"] if cell["gpu_test"]]
+    context["needs"] = {"plan": {"outputs": outputs}}
+    if gpu:
+        assert json.loads(outputs["gpu_cells"]) == {"include": gpu}
+        assert runs(JOBS["test-gpu"], context)
+    else:  # no CUDA cell selected: no GPU job, rather than a matrix GitHub would refuse
+        assert outputs["gpu_cells"] == ""
+        assert not runs(JOBS["test-gpu"], context)
 
 
 def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
@@ -81,11 +495,225 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert all({"variant", "build_runner", "test_runner", "artifact"} <= set(cell) for cell in cells["include"])
 
 
-def test_zizmor_finds_nothing():
-    zizmor = shutil.which("zizmor", path=str(Path(sys.executable).parent))
-    assert zizmor, "zizmor is installed by scripts/setup-dev (the test extra)"
+# --- artifacts: a variant travels from its build job to the GPU test and to publish as build/<variant>/ ---------
+
+
+def upload(spec: dict, context: dict, workspace: Path) -> tuple[str, dict[str, bytes]]:
+    """actions/upload-artifact's layout: with several paths, entries are relative to their common ancestor."""
+    paths = [p for p in render(spec["with"]["path"], context).splitlines() if p.strip()]
+    root = Path(os.path.commonpath(paths)) if len(paths) > 1 else Path(paths[0])
+    entries = {}
+    for p in paths:
+        found = workspace / p
+        for file in [found] if found.is_file() else sorted(found.rglob("*")) if found.is_dir() else []:
+            if file.is_file():
+                entries[file.relative_to(workspace / root).as_posix()] = file.read_bytes()
+    return render(spec["with"]["name"], context), entries
+
+
+def download(spec: dict, context: dict, artifacts: dict[str, dict[str, bytes]], workspace: Path) -> None:
+    """actions/download-artifact: one by name into path; by pattern into path/<name>/, or merged into path."""
+    options = {k: render(v, context) for k, v in spec["with"].items()}
+    if "name" in options:
+        chosen = [("", artifacts[options["name"]])]
+    else:
+        merged = options.get("merge-multiple") is True
+        chosen = [("" if merged else n, a) for n, a in artifacts.items() if fnmatch.fnmatch(n, options["pattern"])]
+    for folder, entries in chosen:
+        for name, data in entries.items():
+            target = workspace / options["path"] / folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def test_variant_artifacts_come_back_as_build_variant(tmp_path):
+    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"][:3]
+    artifacts = {}
+    for cell in cells:  # what each build job leaves in its workspace, and uploads
+        workspace = tmp_path / "build-job" / cell["variant"]
+        (workspace / "build" / cell["variant"]).mkdir(parents=True)
+        (workspace / "build" / cell["variant"] / "metadata.json").write_text(cell["variant"])
+        (workspace / "build" / "summary.md").write_text("| variant |\n|---|\n")
+        (workspace / "build" / "logs").mkdir()
+        (workspace / "build" / "logs" / f"{cell['variant']}.log").write_text("log")
+        for s in (step("build", "actions/upload-artifact", index=0), step("build", "actions/upload-artifact", index=1)):
+            name, entries = upload(s, {"matrix": cell}, workspace)
+            artifacts[name] = entries
+        assert f"{cell['variant']}/metadata.json" in artifacts[cell["artifact"]]
+    # A GPU test job: its own cell's variant at build/<variant>/, nothing else.
+    cell = cells[1]
+    workspace = tmp_path / "test-job"
+    download(step("test-gpu", "actions/download-artifact"), {"matrix": cell}, artifacts, workspace)
+    variants = {p.name for p in (workspace / "build").iterdir() if p.is_dir()}
+    assert variants == {cell["variant"]}
+    assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
+    # The publish job: every variant at build/<variant>/, and no build logs among them.
+    workspace = tmp_path / "publish-job"
+    download(step("publish", "actions/download-artifact"), {}, artifacts, workspace)
+    for cell in cells:
+        assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
+    assert not (workspace / "build" / "logs").exists()
+
+
+def test_the_summary_step_merges_the_cells_tables(tmp_path):
+    from kernel_matrix.container_build import summary_markdown
+
+    # What `kernel-matrix build` writes to build/summary.md for no cells: the two header lines the awk keeps once.
+    header = summary_markdown([]) + "\n"
+    assert len(header.splitlines()) == 2
+    artifacts = {}
+    for variant, status in (
+        ("torch214-cxx11-cu130-x86_64-linux", "built"),
+        ("torch214-cxx11-cpu-x86_64-linux", "FAILED"),
+    ):
+        workspace = tmp_path / variant
+        (workspace / "build").mkdir(parents=True)
+        (workspace / "build" / "summary.md").write_text(header + f"| {variant} | {status} | 9.0 | - | - | - | - |\n")
+        name, entries = upload(
+            step("build", "actions/upload-artifact", index=1), {"matrix": {"variant": variant}}, workspace
+        )
+        artifacts[name] = entries
+    summary_job = tmp_path / "summary-job"
+    download(step("summary", "actions/download-artifact"), {}, artifacts, summary_job)
+    summary = tmp_path / "step_summary.md"
+    result = bash(step("summary", run="awk")["run"], {"GITHUB_STEP_SUMMARY": str(summary)}, cwd=summary_job)
+    assert result.returncode == 0, result.stderr
+    lines = summary.read_text().splitlines()
+    assert lines[:2] == header.splitlines() and len(lines) == 4
+    assert {line.split(" | ")[1] for line in lines[2:]} == {"built", "FAILED"}
+
+
+# --- releases: only tags and the default branch publish, and only publish sees the Hub token --------------------
+
+
+PUBLISH_RUNS = {
+    "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
+    "push to main": (run_context("push"), False),
+    "same-repo-pr": (run_context("same-repo-pr"), False),
+    "fork-pr": (run_context("fork-pr"), False),
+    "dispatch, publish on main": (run_context("dispatch", publish=True), True),
+    "dispatch, publish on a tag": (run_context("dispatch", ref="refs/tags/v1.2.0", publish=True), True),
+    "dispatch, publish on a feature branch": (run_context("dispatch", ref="refs/heads/feature", publish=True), False),
+    "dispatch, publish on a branch named like a tag": (
+        run_context("dispatch", ref="refs/heads/v1.2.0", publish=True),
+        False,
+    ),
+    "dispatch, no publish": (run_context("dispatch"), False),
+    "dispatch, dry-run only": (run_context("dispatch", dry_run=True), False),
+    "tag, a GPU test failed": (run_context("push", ref="refs/tags/v1.2.0", status="failure"), False),
+}
+
+
+@pytest.mark.parametrize("kind", PUBLISH_RUNS)
+def test_publish_runs_only_for_tags_and_the_default_branch(kind):
+    context, expected = PUBLISH_RUNS[kind]
+    assert runs(JOBS["publish"], context) is expected
+
+
+def test_the_publish_condition_names_the_default_branch_rule_word_for_word():
+    # A manual publish needs a tag or the default branch; the table above checks what the condition means.
+    assert DEFAULT_BRANCH_CLAUSE in " ".join(JOBS["publish"]["if"].split())
+
+
+@pytest.mark.parametrize(
+    ("context", "argv"),
+    [
+        (run_context("push", ref="refs/tags/v1.2.0"), ["--profile", "full", "--no-dry-run", "--tag", "v1.2.0"]),
+        (run_context("dispatch", publish=True), ["--profile", "full", "--no-dry-run"]),
+        (run_context("dispatch", publish=True, dry_run=True, profile="pr"), ["--profile", "pr", "--dry-run"]),
+        (
+            run_context("dispatch", ref="refs/tags/v2.0.0", publish=True, dry_run=True),
+            ["--profile", "full", "--dry-run", "--tag", "v2.0.0"],
+        ),
+    ],
+    ids=["tag", "dispatch-main", "dispatch-dry-run-pr", "dispatch-tag-dry-run"],
+)
+def test_the_publish_command(context, argv, tmp_path):
+    # A stand-in kernel-matrix records its arguments and whether the token reached it.
+    stub = tmp_path / "bin" / "kernel-matrix"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" >"$ARGS"; printf "%s" "$HF_TOKEN" >"$TOKEN"\n')
+    stub.chmod(0o755)
+    s = step("publish", run="kernel-matrix publish")
+    env = {**context["env"], **{k: render(v, context) for k, v in s["env"].items()}}
+    env |= {"ARGS": str(tmp_path / "args"), "TOKEN": str(tmp_path / "token")}
+    env["PATH"] = f"{stub.parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, **{name: text(value) for name, value in env.items()}}
+    result = subprocess.run(["bash", "-e", "-c", s["run"]], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "args").read_text().splitlines() == ["publish", *argv]
+    assert (tmp_path / "token").read_text() == "hf_secret"
+
+
+def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
+    def strings(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from strings(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from strings(value, f"{where}[{i}]")
+        elif isinstance(node, str):
+            yield where, node
+
+    uses_secrets = [
+        (path.name, where) for path in WORKFLOWS for where, value in strings(load(path), "") if "secrets" in value
+    ]
+    publish_step = JOBS["publish"]["steps"].index(step("publish", run="kernel-matrix publish"))
+    assert uses_secrets == [("build.yml", f".jobs.publish.steps[{publish_step}].env.HF_TOKEN")]
+    assert JOBS["publish"]["steps"][publish_step]["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    environments = {(p.name, n): j.get("environment") for p in WORKFLOWS for n, j in load(p)["jobs"].items()}
+    assert {k: v for k, v in environments.items() if v} == {("build.yml", "publish"): "hub"}
+    assert JOBS["publish"]["permissions"] == {"contents": "read"}
+
+
+# --- concurrency: superseded pull-request runs are cancelled, releases never ------------------------------------
+
+
+@pytest.mark.parametrize("path", [p for p in WORKFLOWS if "concurrency" in load(p)], ids=lambda p: p.name)
+def test_concurrency_cancels_superseded_pull_requests_only(path):
+    concurrency = load(path)["concurrency"]
+
+    def group(context):
+        context = {**context, "github": {**context["github"], "workflow": load(path)["name"]}}
+        return render(concurrency["group"], context), render(concurrency["cancel-in-progress"], context)
+
+    first, second = group(run_context("same-repo-pr", run_id=1)), group(run_context("same-repo-pr", run_id=2))
+    assert first == second and first[1] is True, "a new push to a pull request cancels its older run"
+    other_pr = run_context("same-repo-pr", run_id=3)
+    other_pr["github"]["ref"] = "refs/pull/8/merge"
+    assert group(other_pr)[0] != first[0], "pull requests do not cancel each other"
+    for kind, ref in (("push", "refs/tags/v1.2.0"), ("push", "refs/heads/main"), ("dispatch", "refs/heads/main")):
+        a, b = group(run_context(kind, ref=ref, run_id=1)), group(run_context(kind, ref=ref, run_id=2))
+        # A group of its own: neither cancelled nor left pending behind another run and then replaced.
+        assert a[0] != b[0] and a[1] is False and a[0] != first[0], (kind, ref)
+
+
+# --- the other workflows and the GPU job's script ---------------------------------------------------------------
+
+
+def test_a_schedule_checks_upstream_releases():
+    workflow = load(WORKFLOW_DIR / "upstream.yml")
+    assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
+    (job,) = workflow["jobs"].values()
+    assert job["steps"][-1]["run"] == "kernel-matrix matrix --check-upstream"
+
+
+def test_ci_runs_the_projects_test_command():
+    workflow = load(WORKFLOW_DIR / "ci.yml")
+    assert set(workflow["on"]) == {"push", "pull_request"}
+    (job,) = workflow["jobs"].values()
+    assert job["steps"][-1]["run"] == "scripts/test"
+
+
+def test_gpu_test_needs_a_variant_name():
+    result = subprocess.run([REPO / "scripts" / "gpu-test"], capture_output=True, text=True)
+    assert result.returncode == 2 and "usage: scripts/gpu-test VARIANT" in result.stderr
+
+
+def test_gpu_test_refuses_a_variant_that_is_not_built(tmp_path):
     result = subprocess.run(
-        [zizmor, "--offline", "--no-progress", str(REPO / ".github" / "workflows")], capture_output=True, text=True
+        [REPO / "scripts" / "gpu-test", "torch299-cxx11-cu999-x86_64-linux"], capture_output=True, text=True
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "No findings" in result.stdout + result.stderr
+    assert result.returncode == 3, result.stderr
+    assert "build/torch299-cxx11-cu999-x86_64-linux is not a built variant" in result.stderr
