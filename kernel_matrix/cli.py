@@ -261,6 +261,67 @@ def _build_in_containers(
 
 
 @app.command()
+def wheels(
+    profile: Annotated[
+        str | None, typer.Option(help="This matrix profile's cells (default: every built cell).")
+    ] = None,
+    only: Annotated[str | None, typer.Option(help="The cells matching KEY=VALUE,...")] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="This cell (repeatable).")] = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    kernel_dir: MatrixKernelDir = None,
+    build_dir: BuildDir = Path("build"),
+    out_dir: Annotated[
+        Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
+    ] = None,
+    image: Annotated[str | None, typer.Option(help="offline or official (default: as for build).")] = None,
+) -> None:
+    """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image."""
+    from .buildtoml import load_build_toml
+    from .container_build import builder_for
+    from .engine import connect
+    from .errors import BuildError, KernelMatrixError
+    from .images import PipSetup
+    from .matrix import load_matrix, select
+    from .wheels import build_wheel, wheel_spec
+
+    matrix = load_matrix(file)
+    selected = profile or only or variant
+    cells = select(matrix, profile=profile or "full", only=only, variants=variant or [])
+    if not selected:  # every cell of the matrix that is built
+        cells = [c for c in cells if (build_dir / c.name / "metadata.json").is_file()]
+        if not cells:
+            raise BuildError(f"no variant of {file} is built in {build_dir}: run kernel-matrix build first")
+    general = load_build_toml(_matrix_kernel_dir(kernel_dir, matrix)).general
+    client, pip = connect(), PipSetup.from_host()
+    image_kind = image or ("offline" if profile == "local" else matrix.spec.image)
+    out_dir = out_dir or build_dir / "wheels"
+    table = Table(title=f"wheels ({len(cells)} cells)", show_edge=False)
+    for column in ("variant", "status", "wheel"):
+        table.add_column(column, overflow="fold")
+    failed = []
+    for cell in cells:
+        spec = wheel_spec(
+            cell,
+            name=general.name,
+            package=general.python_name,
+            kernel_version=general.version,
+            license=general.license,
+        )
+        console.print(f"{cell.name}: wheel {spec.name}-{spec.version}")
+        try:
+            builder = builder_for(client, cell, image_kind, pip, log=console.print)
+            log_path = build_dir / "logs" / f"{cell.name}.wheel.log"
+            made = build_wheel(cell, build_dir / cell.name, builder, spec, out_dir, log_path)
+            table.add_row(cell.name, "[green]built[/]", str(made))
+        except KernelMatrixError as exc:  # one cell's failure never stops the others
+            failed.append(cell.name)
+            table.add_row(cell.name, "[red]FAILED[/]", str(exc).splitlines()[0])
+    stdout.print(table)
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(cells)} wheels failed: {', '.join(failed)}")
+
+
+@app.command()
 def shell(
     variant: Annotated[str, typer.Argument(help="The cell (variant name) whose builder image to enter.")],
     command: Annotated[list[str] | None, typer.Argument(help="A command to run instead of bash (after --).")] = None,
@@ -298,10 +359,22 @@ def test(
     pytest_args: Annotated[
         list[str] | None, typer.Option("--pytest-arg", help="Extra pytest argument (repeatable).")
     ] = None,
+    installed: Annotated[
+        str | None,
+        typer.Option(help="Test this package as installed in --python's environment (from a wheel), not a variant."),
+    ] = None,
 ) -> None:
     """Run the kernel's tests against a built variant, loaded by `kernels` in a fresh process."""
-    from .testing import resolve_variant_dir, run_kernel_tests
+    from .testing import resolve_variant_dir, run_installed_tests, run_kernel_tests
 
+    if installed:
+        if variant is not None:
+            from .errors import ConfigError
+
+            raise ConfigError("give a VARIANT or --installed PACKAGE, not both")
+        run_installed_tests(installed, kernel_dir / "tests", python=python, pytest_args=pytest_args or [])
+        console.print(f"[green]passed[/] {installed} (installed)")
+        return
     if variant is None:
         from .native_build import plan_build
 

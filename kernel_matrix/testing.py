@@ -13,8 +13,10 @@ from pathlib import Path
 from .errors import ConfigError, TestFailure
 from .variant_dir import METADATA
 
-# The kernel's conftest.py reads the variant to load from here.
+# The kernel's conftest.py reads the variant to load from here...
 VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
+# ...or the installed package (a wheel's) to import.
+INSTALLED_ENV = "KERNEL_MATRIX_INSTALLED_PACKAGE"
 
 
 def resolve_variant_dir(target: str, build_dir: Path) -> Path:
@@ -33,11 +35,24 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     return candidate.resolve()
 
 
+def run_installed_tests(
+    package: str, tests_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
+) -> None:
+    """Run tests_dir against `package` as installed in python's environment (a wheel)."""
+    _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
+
+
 def run_kernel_tests(
     variant_dir: Path, tests_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
 ) -> None:
     """Run tests_dir with pytest in a fresh interpreter; raise TestFailure if it fails."""
-    env = {**os.environ, VARIANT_ENV: str(variant_dir)}
+    _run_pytest({VARIANT_ENV: str(variant_dir)}, variant_dir.name, tests_dir, python=python, pytest_args=pytest_args)
+
+
+def _run_pytest(
+    selection: dict[str, str], name: str, tests_dir: Path, *, python: str | None, pytest_args: list[str]
+) -> None:
+    env = {**{k: v for k, v in os.environ.items() if k not in (VARIANT_ENV, INSTALLED_ENV)}, **selection}
     if python and os.sep in python:
         python = str(Path(python).absolute())  # the tests run in another folder
     argv = [
@@ -56,4 +71,4 @@ def run_kernel_tests(
     except OSError as exc:
         raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
     if code != 0:
-        raise TestFailure(f"the test suite of {variant_dir.name} failed (pytest exit {code})")
+        raise TestFailure(f"the test suite of {name} failed (pytest exit {code})")

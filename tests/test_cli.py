@@ -5,7 +5,7 @@ from conftest import REPO, kernel_matrix
 
 from kernel_matrix.errors import ExitCode
 
-COMMANDS = ["matrix", "build", "test", "check-abi", "publish", "clean", "shell"]
+COMMANDS = ["matrix", "build", "wheels", "test", "check-abi", "publish", "clean", "shell"]
 
 
 def test_top_level_help_lists_every_command():

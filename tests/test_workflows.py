@@ -1,11 +1,14 @@
 """The GitHub Actions workflows: triggers, job graph, runner labels, permissions
 and secrets; the conditions that keep forks off the GPU runners and releases to
 tags and the default branch, evaluated for each kind of run by a small evaluator
-of GitHub's expression language; and that the commands in the YAML, run as the
-jobs run them, write what the next jobs read (fromJSON, artifacts, summaries).
-The linters (actionlint, zizmor, hadolint, shellcheck) are in test_lint_gates.py."""
+of GitHub's expression language; that the commands in the YAML, run as the
+jobs run them, write what the next jobs read (fromJSON, artifacts, summaries);
+and scripts/test-variant, the test jobs' command, run against stand-ins for pip,
+torch and kernel-matrix. The linters (actionlint, zizmor, hadolint, shellcheck)
+are in test_lint_gates.py."""
 
 import fnmatch
+import itertools
 import json
 import math
 import os
@@ -35,6 +38,9 @@ FORK_CLAUSE = (
     "github.event_name != 'pull_request' || github.event.pull_request.head.repo.full_name == github.repository"
 )
 DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
+# The one job of all the workflows whose token may write, and what it may write.
+WRITER = ("build.yml", "release-wheels")
+TEST_VARIANT = REPO / "scripts" / "test-variant"
 
 
 def load(path: Path) -> dict:
@@ -225,6 +231,7 @@ def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, 
         "repository": "owner/kernel",
         "run_id": run_id,
         "workflow": BUILD["name"],
+        "token": "ghs_job_token",
         "event": {"repository": {"default_branch": "main"}},
     }
     if kind in ("fork-pr", "same-repo-pr", "deleted-fork-pr"):
@@ -282,7 +289,10 @@ def test_workflows_are_locked_down(path):
     assert workflow["permissions"] == {}, "no token permission at the top: each job asks for its own"
     for name, job in workflow["jobs"].items():
         assert "timeout-minutes" in job, name
-        assert job.get("permissions", {}) in ({}, {"contents": "read"}), f"{name} needs no write permission"
+        if (path.name, name) == WRITER:
+            assert job["permissions"] == {"contents": "write"}, name
+        else:
+            assert job.get("permissions", {}) in ({}, {"contents": "read"}), f"{name} needs no write permission"
         for holder in [job.get("container"), *job.get("services", {}).values()]:
             image = holder.get("image", "") if isinstance(holder, dict) else holder
             assert image is None or "@sha256:" in image, f"{name}: a job image must be pinned by digest"
@@ -338,30 +348,49 @@ def test_the_job_graph():
     assert {name: JOBS[name].get("needs") for name in JOBS} == {
         "plan": None,
         "build": "plan",
+        "test-cpu": ["plan", "build"],
         "test-gpu": ["plan", "build"],
-        "summary": ["build", "test-gpu"],
-        "publish": ["build", "test-gpu"],
+        "summary": ["build", "test-cpu", "test-gpu"],
+        "publish": ["build", "test-cpu", "test-gpu"],
+        # Wheels are attached only once the Hub release is done.
+        "release-wheels": ["build", "test-cpu", "test-gpu", "publish"],
     }
     assert set(JOBS["plan"]["outputs"]) == {"cells", "gpu_cells"}
-    for name, output in (("build", "cells"), ("test-gpu", "gpu_cells")):
+    for name, output in (("build", "cells"), ("test-cpu", "cells"), ("test-gpu", "gpu_cells")):
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
         assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
     assert JOBS["build"]["runs-on"] == "${{ matrix.build_runner }}"
+    assert JOBS["test-cpu"]["runs-on"] == "${{ matrix.build_runner }}"  # GitHub-hosted: forks included
     assert JOBS["test-gpu"]["runs-on"] == "${{ matrix.test_runner }}"
     assert JOBS["summary"]["if"] == "always()"
 
 
 def test_every_job_is_one_command_a_developer_can_run():
-    # Besides installing kernel-matrix, each job runs kernel-matrix, a script of the repository, or (summary) awk.
+    # Besides installing kernel-matrix, each job runs kernel-matrix, a script of the repository, or the one
+    # other tool its job names.
+    others = {"summary": "awk", "release-wheels": "gh"}
     for name, job in JOBS.items():
         commands = [s["run"] for s in job["steps"] if "run" in s and s["run"] != "python -m pip install --quiet ."]
         assert commands, name
         for command in commands:
             first = command.split()[0]
-            assert first in ("kernel-matrix", "awk") or (first.startswith("scripts/") and (REPO / first).is_file())
-    assert [s["run"] for s in JOBS["test-gpu"]["steps"] if "run" in s] == ['scripts/gpu-test "$VARIANT"']
-    assert os.access(REPO / "scripts" / "gpu-test", os.X_OK)
+            assert first in ("kernel-matrix", others.get(name)) or (
+                first.startswith("scripts/") and (REPO / first).is_file()
+            ), f"{name}: {command}"
+
+    def commands(job):
+        return [s["run"] for s in JOBS[job]["steps"] if "run" in s]
+
+    assert commands("test-cpu") == ['scripts/test-variant --cpu-only "$VARIANT"']
+    assert commands("test-gpu") == ['scripts/test-variant "$VARIANT"']
+    assert commands("release-wheels") == ['gh release create "$TAG" --verify-tag --generate-notes wheels/*.whl']
+    for job in ("build", "test-cpu", "test-gpu"):
+        for s in JOBS[job]["steps"]:
+            if "$VARIANT" in s.get("run", ""):
+                assert s["env"] == {"VARIANT": "${{ matrix.variant }}"}, (job, s["run"])
+    assert os.access(TEST_VARIANT, os.X_OK)
+    assert not (REPO / "scripts" / "gpu-test").exists(), "renamed to scripts/test-variant"
 
 
 # --- runners: only test-gpu reaches a self-hosted runner, and never for a fork ----------------------------------
@@ -401,10 +430,27 @@ def test_gpu_tests_never_run_for_forks(kind):
     assert runs(JOBS["test-gpu"], context) is expected
 
 
+@pytest.mark.parametrize("kind", GPU_RUNS)
+def test_cpu_tests_run_for_every_run_forks_included(kind):
+    # GitHub-hosted runners only: every kind of run tests every cell, unless it was cancelled.
+    context, _ = GPU_RUNS[kind]
+    assert runs(JOBS["test-cpu"], context) is (context["status"] != "cancelled")
+
+
 def test_the_gpu_jobs_condition_names_the_fork_rule_word_for_word():
-    # docs/runner-host.md quotes it; the table above checks what it means.
+    # docs/runner-host.md and docs/workflows.md quote it; the table above checks what it means.
     assert FORK_CLAUSE in " ".join(JOBS["test-gpu"]["if"].split())
-    assert f"`{FORK_CLAUSE}`" in (REPO / "docs" / "runner-host.md").read_text().replace("\n  ", " ")
+    for page in ("runner-host.md", "workflows.md"):
+        assert f"`{FORK_CLAUSE}`" in (REPO / "docs" / page).read_text().replace("\n  ", " "), page
+
+
+def test_the_workflows_page_names_every_workflow_job_and_input():
+    page = (REPO / "docs" / "workflows.md").read_text()
+    names = [p.name for p in WORKFLOWS] + list(JOBS) + list(BUILD["on"]["workflow_dispatch"]["inputs"])
+    assert [name for name in names if f"`{name}`" not in page] == []
+    # Its local commands are the jobs' commands.
+    for command in ("scripts/test-variant --cpu-only", "kernel-matrix wheels --variant", "gh release create"):
+        assert command in page, command
 
 
 def test_gpu_tests_are_skipped_without_cuda_cells():
@@ -467,6 +513,7 @@ def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     assert cells == github_matrix(select(matrix, profile=profile, only=only))
     gpu = [cell for cell in cells["include"] if cell["gpu_test"]]
     context["needs"] = {"plan": {"outputs": outputs}}
+    assert runs(JOBS["test-cpu"], context)  # every cell, with or without a CUDA one
     if gpu:
         assert json.loads(outputs["gpu_cells"]) == {"include": gpu}
         assert runs(JOBS["test-gpu"], context)
@@ -495,64 +542,169 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert all({"variant", "build_runner", "test_runner", "artifact"} <= set(cell) for cell in cells["include"])
 
 
-# --- artifacts: a variant travels from its build job to the GPU test and to publish as build/<variant>/ ---------
+# --- artifacts: a variant travels from its build job to the tests and to publish as build/<variant>/, its wheel to
+# release-wheels as wheels/<wheel> ---------------------------------------------------------------------------------
 
 
 def upload(spec: dict, context: dict, workspace: Path) -> tuple[str, dict[str, bytes]]:
-    """actions/upload-artifact's layout: with several paths, entries are relative to their common ancestor."""
-    paths = [p for p in render(spec["with"]["path"], context).splitlines() if p.strip()]
-    root = Path(os.path.commonpath(paths)) if len(paths) > 1 else Path(paths[0])
+    """actions/upload-artifact's layout: entries are relative to the search path of a lone path (what comes before
+    its first wildcard; a file's folder), or to the common ancestor of several paths' search paths."""
+    patterns = [p.strip() for p in render(spec["with"]["path"], context).splitlines() if p.strip()]
+
+    def search_path(pattern: str) -> Path:
+        return Path(*itertools.takewhile(lambda part: not set(part) & set("*?["), Path(pattern).parts))
+
+    roots = [search_path(p) for p in patterns]
+    if len(roots) > 1:
+        root = Path(os.path.commonpath(roots))
+    else:
+        root = roots[0] if (workspace / roots[0]).is_dir() else roots[0].parent
     entries = {}
-    for p in paths:
-        found = workspace / p
-        for file in [found] if found.is_file() else sorted(found.rglob("*")) if found.is_dir() else []:
-            if file.is_file():
-                entries[file.relative_to(workspace / root).as_posix()] = file.read_bytes()
+    for pattern in patterns:
+        for found in sorted(workspace.glob(pattern.rstrip("/"))):
+            for file in [found] if found.is_file() else sorted(found.rglob("*")):
+                if file.is_file():
+                    entries[file.relative_to(workspace / root).as_posix()] = file.read_bytes()
+    if not entries and spec["with"].get("if-no-files-found") == "error":
+        raise AssertionError(f"upload-artifact fails: nothing matches {spec['with']['path']!r}")
     return render(spec["with"]["name"], context), entries
 
 
-def download(spec: dict, context: dict, artifacts: dict[str, dict[str, bytes]], workspace: Path) -> None:
-    """actions/download-artifact: one by name into path; by pattern into path/<name>/, or merged into path."""
+def download(spec: dict, context: dict, artifacts: dict[str, dict[str, bytes]], workspace: Path) -> list[str]:
+    """actions/download-artifact: one by name into path; by pattern into path/<name>/, or merged into path.
+    Returns the files that one artifact wrote over another's."""
     options = {k: render(v, context) for k, v in spec["with"].items()}
+    merged = options.get("merge-multiple") is True
     if "name" in options:
         chosen = [("", artifacts[options["name"]])]
     else:
-        merged = options.get("merge-multiple") is True
         chosen = [("" if merged else n, a) for n, a in artifacts.items() if fnmatch.fnmatch(n, options["pattern"])]
+    overwritten = []
     for folder, entries in chosen:
         for name, data in entries.items():
             target = workspace / options["path"] / folder / name
+            if target.exists():
+                overwritten.append(name)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+    return overwritten
 
 
-def test_variant_artifacts_come_back_as_build_variant(tmp_path):
-    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"][:3]
-    artifacts = {}
-    for cell in cells:  # what each build job leaves in its workspace, and uploads
-        workspace = tmp_path / "build-job" / cell["variant"]
-        (workspace / "build" / cell["variant"]).mkdir(parents=True)
-        (workspace / "build" / cell["variant"] / "metadata.json").write_text(cell["variant"])
-        (workspace / "build" / "summary.md").write_text("| variant |\n|---|\n")
-        (workspace / "build" / "logs").mkdir()
-        (workspace / "build" / "logs" / f"{cell['variant']}.log").write_text("log")
-        for s in (step("build", "actions/upload-artifact", index=0), step("build", "actions/upload-artifact", index=1)):
-            name, entries = upload(s, {"matrix": cell}, workspace)
+def build_upload(name_prefix: str) -> dict:
+    """The build job's upload step whose artifact name starts with name_prefix."""
+    (found,) = [
+        s
+        for s in JOBS["build"]["steps"]
+        if s.get("uses", "").startswith("actions/upload-artifact@") and s["with"]["name"].startswith(name_prefix)
+    ]
+    return found
+
+
+def wheel_name(cell: dict) -> str:
+    """The wheel `kernel-matrix wheels --variant` writes for a cell: the command's contract (kernel/build.toml's
+    img2gray, version 1)."""
+    label = f"torch{cell['torch'].replace('.', '')}" + (f"cu{cell['cuda'].replace('.', '')}" if cell["cuda"] else "cpu")
+    return f"img2gray-1+{label}-cp39-abi3-manylinux_2_28_{cell['arch']}.whl"
+
+
+# kernel-matrix as far as the build job uses it: what `build` and `wheels` leave in the workspace.
+BUILD_STUB = """#!/bin/sh
+set -e
+[ $# -eq 3 ] && [ "$2" = --variant ] || exit 64
+case $1 in
+build)
+  mkdir -p "build/$3" build/logs
+  printf %s "$3" >"build/$3/metadata.json"
+  printf '| variant |\\n|---|\\n| %s |\\n' "$3" >build/summary.md
+  printf log >"build/logs/$3.log" ;;
+wheels)
+  [ -f "build/$3/metadata.json" ] || exit 3
+  mkdir -p build/wheels
+  printf %s "$3" >"build/wheels/$WHEEL"
+  printf log >"build/logs/$3.wheel.log" ;;
+*) exit 64 ;;
+esac
+"""
+
+
+def build_job(cell: dict, workspace: Path, stub_dir: Path) -> dict[str, dict[str, bytes]]:
+    """Run the build job's steps for one cell, in order, with a stand-in kernel-matrix; return what it uploads."""
+    stub = stub_dir / "kernel-matrix"
+    if not stub.exists():
+        stub_dir.mkdir(parents=True)
+        stub.write_text(BUILD_STUB)
+        stub.chmod(0o755)
+    workspace.mkdir(parents=True)
+    context, artifacts = {"matrix": cell}, {}
+    for s in JOBS["build"]["steps"]:
+        if s.get("uses", "").startswith("actions/upload-artifact@"):
+            name, entries = upload(s, context, workspace)
+            assert name not in artifacts
             artifacts[name] = entries
-        assert f"{cell['variant']}/metadata.json" in artifacts[cell["artifact"]]
-    # A GPU test job: its own cell's variant at build/<variant>/, nothing else.
-    cell = cells[1]
-    workspace = tmp_path / "test-job"
-    download(step("test-gpu", "actions/download-artifact"), {"matrix": cell}, artifacts, workspace)
-    variants = {p.name for p in (workspace / "build").iterdir() if p.is_dir()}
-    assert variants == {cell["variant"]}
-    assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
-    # The publish job: every variant at build/<variant>/, and no build logs among them.
+        elif s.get("run", "").startswith("kernel-matrix"):
+            env = {k: render(v, context) for k, v in s.get("env", {}).items()}
+            env |= {"WHEEL": wheel_name(cell), "PATH": f"{stub_dir}{os.pathsep}{os.environ['PATH']}"}
+            result = bash(s["run"], env, cwd=workspace)
+            assert result.returncode == 0, f"{s['run']}: exit {result.returncode}"
+    return artifacts
+
+
+def test_each_job_downloads_what_it_reads(tmp_path):
+    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"]
+    artifacts = {}
+    for cell in cells:
+        made = build_job(cell, tmp_path / "build-job" / cell["variant"], tmp_path / "stub")
+        assert set(made) == {cell["artifact"], f"wheel-{cell['variant']}", f"logs-{cell['variant']}"}
+        assert set(made[cell["artifact"]]) == {f"{cell['variant']}/metadata.json", "summary.md"}
+        assert set(made[f"wheel-{cell['variant']}"]) == {wheel_name(cell)}  # the .whl alone, at the root
+        assert f"logs/{cell['variant']}.wheel.log" in made[f"logs-{cell['variant']}"]
+        artifacts |= made
+    # A test job: its own cell's variant at build/<variant>/, nothing else (test-cpu: any cell, test-gpu: CUDA).
+    for job, cell in (("test-cpu", cells[0]), ("test-gpu", next(c for c in cells if c["gpu_test"]))):
+        workspace = tmp_path / job
+        download(step(job, "actions/download-artifact"), {"matrix": cell}, artifacts, workspace)
+        assert {p.relative_to(workspace).as_posix() for p in workspace.rglob("*") if p.is_file()} == {
+            f"build/{cell['variant']}/metadata.json",
+            "build/summary.md",
+        }, job
+        assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
+    # The publish job: every variant at build/<variant>/; no build logs, no wheels among them.
     workspace = tmp_path / "publish-job"
-    download(step("publish", "actions/download-artifact"), {}, artifacts, workspace)
+    overwritten = download(step("publish", "actions/download-artifact"), {}, artifacts, workspace)
+    assert set(overwritten) == {"summary.md"}  # each variant's artifact has one; publish does not read it
     for cell in cells:
         assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
-    assert not (workspace / "build" / "logs").exists()
+    assert {p.name for p in (workspace / "build").iterdir()} == {c["variant"] for c in cells} | {"summary.md"}
+    # release-wheels: every cell's wheel in wheels/, none overwritten by another, and nothing else.
+    workspace = tmp_path / "release-job"
+    assert download(step("release-wheels", "actions/download-artifact"), {}, artifacts, workspace) == []
+    wheels = {p.name: p.read_text() for p in (workspace / "wheels").iterdir()}
+    assert wheels == {wheel_name(c): c["variant"] for c in cells}
+    assert [p.name for p in workspace.iterdir()] == ["wheels"]
+
+
+def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one(tmp_path):
+    steps = JOBS["build"]["steps"]
+    order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
+    assert order[-5:] == [
+        'kernel-matrix build --variant "$VARIANT"',
+        "${{ matrix.artifact }}",  # a packaging failure still leaves the variant to test
+        'kernel-matrix wheels --variant "$VARIANT"',
+        "wheel-${{ matrix.variant }}",
+        "logs-${{ matrix.variant }}",
+    ]
+    assert build_upload("logs-")["if"] == "${{ !cancelled() }}"  # wheels' logs too, when it fails
+    # A wheels step that wrote nothing fails the job at the upload, rather than releasing without the cell's wheel.
+    (tmp_path / "build" / "wheels").mkdir(parents=True)
+    with pytest.raises(AssertionError, match="nothing matches"):
+        upload(build_upload("wheel-"), {"matrix": {"variant": "v"}}, tmp_path)
+
+
+def test_the_cells_wheels_never_share_a_name():
+    # release-wheels merges every cell's wheel into one folder.
+    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="full"))["include"]
+    names = [wheel_name(cell) for cell in cells]
+    assert len(set(names)) == len(names) == len(cells)
 
 
 def test_the_summary_step_merges_the_cells_tables(tmp_path):
@@ -569,9 +721,7 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
         workspace = tmp_path / variant
         (workspace / "build").mkdir(parents=True)
         (workspace / "build" / "summary.md").write_text(header + f"| {variant} | {status} | 9.0 | - | - | - | - |\n")
-        name, entries = upload(
-            step("build", "actions/upload-artifact", index=1), {"matrix": {"variant": variant}}, workspace
-        )
+        name, entries = upload(build_upload("logs-"), {"matrix": {"variant": variant}}, workspace)
         artifacts[name] = entries
     summary_job = tmp_path / "summary-job"
     download(step("summary", "actions/download-artifact"), {}, artifacts, summary_job)
@@ -645,19 +795,21 @@ def test_the_publish_command(context, argv, tmp_path):
     assert (tmp_path / "token").read_text() == "hf_secret"
 
 
-def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
-    def strings(node, where):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from strings(value, f"{where}.{key}")
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                yield from strings(value, f"{where}[{i}]")
-        elif isinstance(node, str):
-            yield where, node
+def strings(node, where=""):
+    """Every string of a workflow, with where it is (.jobs.publish.steps[3].env.HF_TOKEN)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from strings(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from strings(value, f"{where}[{i}]")
+    elif isinstance(node, str):
+        yield where, node
 
+
+def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
     uses_secrets = [
-        (path.name, where) for path in WORKFLOWS for where, value in strings(load(path), "") if "secrets" in value
+        (path.name, where) for path in WORKFLOWS for where, value in strings(load(path)) if "secrets" in value
     ]
     publish_step = JOBS["publish"]["steps"].index(step("publish", run="kernel-matrix publish"))
     assert uses_secrets == [("build.yml", f".jobs.publish.steps[{publish_step}].env.HF_TOKEN")]
@@ -665,6 +817,80 @@ def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
     environments = {(p.name, n): j.get("environment") for p in WORKFLOWS for n, j in load(p)["jobs"].items()}
     assert {k: v for k, v in environments.items() if v} == {("build.yml", "publish"): "hub"}
     assert JOBS["publish"]["permissions"] == {"contents": "read"}
+
+
+def test_only_release_wheels_holds_the_job_token_and_may_write():
+    # github.token is not a secret, but in release-wheels it may write: no other step is handed it.
+    token_uses = [
+        (path.name, where)
+        for path in WORKFLOWS
+        for where, value in strings(load(path))
+        if re.search(r"github\.token|GITHUB_TOKEN|GH_TOKEN", f"{where} {value}", re.I)
+    ]
+    gh_step = JOBS["release-wheels"]["steps"].index(step("release-wheels", run="gh release"))
+    assert token_uses == [("build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN")]
+    assert JOBS["release-wheels"]["steps"][gh_step]["env"]["GH_TOKEN"] == "${{ github.token }}"
+    writers = [
+        (path.name, name, job["permissions"])
+        for path in WORKFLOWS
+        for name, job in load(path)["jobs"].items()
+        if "write" in str(job.get("permissions"))
+    ]
+    assert writers == [(*WRITER, {"contents": "write"})]
+    # Word for word too, comments aside: no other `<scope>: write` (or write-all) anywhere, top level included.
+    code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for p in WORKFLOWS for line in p.read_text().splitlines())
+    assert re.findall(r"[\w-]+:\s*write(?:-all)?\b", code) == ["contents: write"]
+    # It runs nothing of the repository's: no checkout, no kernel-matrix, no script.
+    assert not any("actions/checkout" in s.get("uses", "") for s in JOBS["release-wheels"]["steps"])
+
+
+RELEASE_RUNS = {
+    "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
+    "tag, a test or the publish failed": (run_context("push", ref="refs/tags/v1.2.0", status="failure"), False),
+    "tag, cancelled": (run_context("push", ref="refs/tags/v1.2.0", status="cancelled"), False),
+    "push to main": (run_context("push"), False),
+    "same-repo-pr": (run_context("same-repo-pr"), False),
+    "fork-pr": (run_context("fork-pr"), False),
+    "dispatch, publish on main": (run_context("dispatch", publish=True), False),
+    "dispatch, publish on a tag": (run_context("dispatch", ref="refs/tags/v1.2.0", publish=True), False),
+}
+
+
+@pytest.mark.parametrize("kind", RELEASE_RUNS)
+def test_wheels_are_released_only_for_pushed_tags(kind):
+    context, expected = RELEASE_RUNS[kind]
+    assert runs(JOBS["release-wheels"], context) is expected
+
+
+def test_the_release_command(tmp_path):
+    # A stand-in gh records its arguments, the token and the repository it was given.
+    stub = tmp_path / "bin" / "gh"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" >"$ARGS"; printf "%s %s" "$GH_TOKEN" "$GH_REPO" >"$TOKEN"\n')
+    stub.chmod(0o755)
+    workspace = tmp_path / "job"
+    (workspace / "wheels").mkdir(parents=True)
+    names = ["img2gray-1+torch214cpu-cp39-abi3-manylinux_2_28_x86_64.whl", "img2gray-1+torch214cu130-cp39-abi3-x.whl"]
+    for name in names:
+        (workspace / "wheels" / name).write_text("")
+    context = run_context("push", ref="refs/tags/v1.2.0")
+    s = step("release-wheels", run="gh release")
+    env = {k: render(v, context) for k, v in s["env"].items()}
+    env |= {"ARGS": str(tmp_path / "args"), "TOKEN": str(tmp_path / "token")}
+    env["PATH"] = f"{stub.parent}{os.pathsep}{os.environ['PATH']}"
+    result = bash(s["run"], env, cwd=workspace)
+    assert result.returncode == 0, result.stderr
+    wheels = [f"wheels/{name}" for name in sorted(names)]
+    assert (tmp_path / "args").read_text().splitlines() == [
+        "release",
+        "create",
+        "v1.2.0",
+        "--verify-tag",  # the tag that was pushed, never a new one
+        "--generate-notes",
+        *wheels,
+    ]
+    # No checkout to read the repository from: GH_REPO names it.
+    assert (tmp_path / "token").read_text() == "ghs_job_token owner/kernel"
 
 
 # --- concurrency: superseded pull-request runs are cancelled, releases never ------------------------------------
@@ -706,14 +932,113 @@ def test_ci_runs_the_projects_test_command():
     assert job["steps"][-1]["run"] == "scripts/test"
 
 
-def test_gpu_test_needs_a_variant_name():
-    result = subprocess.run([REPO / "scripts" / "gpu-test"], capture_output=True, text=True)
-    assert result.returncode == 2 and "usage: scripts/gpu-test VARIANT" in result.stderr
+@pytest.mark.parametrize(
+    "argv", [[], ["--cpu-only"], ["--gpu", "v"], ["v", "w"], ["--cpu-only", "--cpu-only", "v"], ["v", "--cpu-only"]]
+)
+def test_test_variant_needs_one_variant_name(argv):
+    result = subprocess.run([TEST_VARIANT, *argv], capture_output=True, text=True)
+    assert result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] VARIANT" in result.stderr
 
 
-def test_gpu_test_refuses_a_variant_that_is_not_built(tmp_path):
-    result = subprocess.run(
-        [REPO / "scripts" / "gpu-test", "torch299-cxx11-cu999-x86_64-linux"], capture_output=True, text=True
-    )
+@pytest.mark.parametrize("flags", [[], ["--cpu-only"]])
+def test_test_variant_refuses_a_variant_that_is_not_built(flags):
+    result = subprocess.run([TEST_VARIANT, *flags, "torch299-cxx11-cu999-x86_64-linux"], capture_output=True, text=True)
     assert result.returncode == 3, result.stderr
     assert "build/torch299-cxx11-cu999-x86_64-linux is not a built variant" in result.stderr
+
+
+# Stand-ins for the cell's environment: its python runs the real interpreter with a fake torch (CUDA build and
+# GPU as the test says; CUDA_VISIBLE_DEVICES="" hides the GPU, as for torch), records pip instead of installing;
+# its kernel-matrix prints the cell and records the test it is asked to run.
+FAKE_PYTHON = """#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = pip ]; then shift 2; echo "pip $*" >>"$LOG"; exit 0; fi
+PYTHONPATH=$FAKE_TORCH exec "$REAL_PYTHON" "$@"
+"""
+FAKE_KERNEL_MATRIX = """#!/bin/sh
+case $1 in
+matrix) printf '%s\\n' "$CELL_JSON" ;;
+test) echo "kernel-matrix $* CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}" >>"$LOG" ;;
+*) exit 64 ;;
+esac
+"""
+FAKE_TORCH = """import os, types
+__version__ = "2.14.0"
+version = types.SimpleNamespace(cuda=os.environ["TORCH_CUDA"] or None)
+cuda = types.SimpleNamespace(
+    is_available=lambda: os.environ["GPU"] == "1" and os.environ.get("CUDA_VISIBLE_DEVICES") != "",
+    get_device_name=lambda index: "Fake H200",
+)
+"""
+
+
+def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool) -> tuple[int, list[str], str]:
+    """Run a copy of scripts/test-variant on a built cell with the stand-ins; return its exit, log and stderr."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "test-variant").write_text(TEST_VARIANT.read_text())
+    (repo / "scripts" / "test-variant").chmod(0o755)
+    (repo / "build" / cell["variant"]).mkdir(parents=True)
+    (repo / "build" / cell["variant"] / "metadata.json").write_text("{}")
+    venv = tmp_path / "venv"
+    for name, body in (("python", FAKE_PYTHON), ("kernel-matrix", FAKE_KERNEL_MATRIX)):
+        (venv / "bin").mkdir(parents=True, exist_ok=True)
+        (venv / "bin" / name).write_text(body)
+        (venv / "bin" / name).chmod(0o755)
+    (tmp_path / "torch" / "torch").mkdir(parents=True)
+    (tmp_path / "torch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env |= {
+        "PYTHON": sys.executable,
+        "REAL_PYTHON": sys.executable,
+        "TEST_VARIANT_VENV": str(venv),
+        "FAKE_TORCH": str(tmp_path / "torch"),
+        "LOG": str(tmp_path / "log"),
+        "CELL_JSON": json.dumps({"include": [cell]}),
+        "TORCH_CUDA": torch_cuda or "",
+        "GPU": "1" if gpu else "0",
+    }
+    (tmp_path / "log").write_text("")
+    result = subprocess.run(
+        [repo / "scripts" / "test-variant", *flags, cell["variant"]], env=env, capture_output=True, text=True
+    )
+    return result.returncode, (tmp_path / "log").read_text().splitlines(), result.stderr
+
+
+def a_cell(backend: str) -> dict:
+    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"]
+    return next(c for c in cells if c["backend"] == backend and c["arch"] == "x86_64")
+
+
+@pytest.mark.parametrize(
+    ("backend", "flags", "torch_cuda", "gpu", "hidden", "error"),
+    [
+        # test-gpu: a CUDA variant runs on the GPU, and fails rather than skip its CUDA cases without one.
+        ("cuda", [], "cell", True, False, None),
+        ("cuda", [], "cell", False, None, "torch sees no GPU"),
+        # test-cpu: no GPU needed, and one that is there is hidden, so the run is the same on every machine.
+        ("cuda", ["--cpu-only"], "cell", False, True, None),
+        ("cuda", ["--cpu-only"], "cell", True, True, None),
+        # The variant's .so links torch's CUDA libraries: a CPU build of torch is refused, GPU or not.
+        ("cuda", ["--cpu-only"], None, False, None, "needs torch built for CUDA"),
+        ("cuda", [], "11.8", True, None, "needs torch built for CUDA"),
+        # A CPU variant needs no GPU either way, and a CPU build of torch.
+        ("cpu", [], None, False, False, None),
+        ("cpu", ["--cpu-only"], None, True, True, None),
+        ("cpu", [], "13.0", False, None, "needs torch built for CUDA none"),
+    ],
+)
+def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_cuda, gpu, hidden, error):
+    cell = a_cell(backend)
+    torch_cuda = cell["cuda"] if torch_cuda == "cell" else torch_cuda
+    code, log, stderr = run_test_variant(tmp_path, cell, *flags, torch_cuda=torch_cuda, gpu=gpu)
+    index = [] if cell["torch_index"] == "pypi" else ["--index-url", cell["torch_index"]]
+    assert f"pip install --quiet --disable-pip-version-check {' '.join([*index, cell['torch_spec']])}" in log
+    tests = [line for line in log if line.startswith("kernel-matrix test")]
+    if error:
+        assert code != 0 and error in stderr, stderr
+        assert tests == []
+    else:
+        assert code == 0, stderr
+        visible = "" if hidden else "unset"
+        assert tests == [f"kernel-matrix test {cell['variant']} --build-dir build CUDA_VISIBLE_DEVICES={visible}"]
+        assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)

@@ -1,3 +1,5 @@
+import importlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -6,10 +8,19 @@ import pytest
 import torch
 
 VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
+# Set instead by `kernel-matrix test --installed PACKAGE`: the package a wheel installed.
+INSTALLED_ENV = "KERNEL_MATRIX_INSTALLED_PACKAGE"
 
 
 @pytest.fixture(scope="session")
 def variant_dir() -> Path:
+    """The variant folder under test; for an installed wheel, its package folder."""
+    installed = os.environ.get(INSTALLED_ENV)
+    if installed:
+        spec = importlib.util.find_spec(installed)
+        if spec is None or spec.origin is None:
+            raise pytest.UsageError(f"{INSTALLED_ENV}={installed}: no such package is installed")
+        return Path(spec.origin).resolve().parent
     value = os.environ.get(VARIANT_ENV)
     if not value:
         raise pytest.UsageError(f"{VARIANT_ENV} is not set: run these tests with `kernel-matrix test <variant>`")
@@ -23,7 +34,13 @@ def variant_backend(variant_dir: Path) -> str:
 
 @pytest.fixture(scope="session")
 def img2gray(variant_dir: Path, variant_backend: str):
-    """The kernel as users get it: the real loader picks the variant from build/."""
+    """The kernel as users get it: the real loader picks the variant from build/
+    (or pip installed it from a wheel: then it is imported from site-packages)."""
+    installed = os.environ.get(INSTALLED_ENV)
+    if installed:
+        module = importlib.import_module(installed)
+        assert "site-packages" in Path(module.__file__).parts, f"{installed} imported from {module.__file__}"
+        return module
     import kernels
 
     module = kernels.get_local_kernel(variant_dir.parent, backend=variant_backend)
