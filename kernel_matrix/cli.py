@@ -276,6 +276,8 @@ def wheels(
     image: Annotated[str | None, typer.Option(help="offline or official (default: as for build).")] = None,
 ) -> None:
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image."""
+    from docker.errors import DockerException
+
     from .buildtoml import load_build_toml
     from .container_build import builder_for
     from .engine import connect
@@ -313,9 +315,9 @@ def wheels(
             log_path = build_dir / "logs" / f"{cell.name}.wheel.log"
             made = build_wheel(cell, build_dir / cell.name, builder, spec, out_dir, log_path)
             table.add_row(cell.name, "[green]built[/]", str(made))
-        except KernelMatrixError as exc:  # one cell's failure never stops the others
+        except (KernelMatrixError, DockerException, OSError) as exc:  # one cell's failure never stops the others
             failed.append(cell.name)
-            table.add_row(cell.name, "[red]FAILED[/]", str(exc).splitlines()[0])
+            table.add_row(cell.name, "[red]FAILED[/]", (str(exc).splitlines() or [type(exc).__name__])[0])
     stdout.print(table)
     if failed:
         raise BuildError(f"{len(failed)} of {len(cells)} wheels failed: {', '.join(failed)}")

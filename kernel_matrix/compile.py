@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
-from .objcache import ObjectCache
+from .objcache import ObjectCache, cacheable
 
 # Python 3.9's limited API: the .so loads in every CPython >= 3.9 (abi3).
 PY_LIMITED_API = "0x03090000"
@@ -114,12 +115,13 @@ def run_steps(
 
 def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError | None, bool]:
     step.output.parent.mkdir(parents=True, exist_ok=True)
-    cacheable = cache is not None and bool(step.compilers)
-    if cacheable and cache.fetch(step.argv, step.output, list(step.compilers)):
+    use_cache = cache is not None and bool(step.compilers) and cacheable(list(step.compilers))
+    if use_cache and cache.fetch(step.argv, step.output, list(step.compilers)):
         return None, True
     depfile = step.output.with_name(step.output.name + ".d")
     # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
-    argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if cacheable else [])]
+    argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if use_cache else [])]
+    started = time.time()
     try:
         result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -128,6 +130,6 @@ def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError |
         log = f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}"
         first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
         return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log), False
-    if cacheable:
-        cache.store(step.argv, step.output, list(step.compilers), depfile)
+    if use_cache:
+        cache.store(step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started)
     return None, False

@@ -7,6 +7,7 @@ of the build that made it)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -166,7 +167,6 @@ def build_cells(
     cache_dir: the object cache, shared by all cells (None: no cache)."""
     build_dir.mkdir(parents=True, exist_ok=True)
     pip = images.PipSetup.from_host()
-    parallel = plan_parallelism(jobs, at_most=len(cells))
     started = {cell.name: time.monotonic() for cell in cells}
     results: dict[str, CellResult] = {}
 
@@ -196,6 +196,8 @@ def build_cells(
             on_status(cell, "FAILED")
 
     run_label = f"{os.getpid()}-{time.monotonic_ns()}"
+    # The cores are shared among the cells that do build, not the skipped ones.
+    parallel = plan_parallelism(jobs, at_most=max(1, len(todo)))
 
     def build_one(cell: Cell, image: str, inputs: str) -> CellResult:
         started[cell.name] = time.monotonic()  # the build's time, not the queue's
@@ -211,8 +213,10 @@ def build_cells(
                 cache_dir=cache_dir,
                 run_label=run_label,
             )
-        except (KernelMatrixError, docker.errors.DockerException) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
+            if not isinstance(exc, (KernelMatrixError, docker.errors.DockerException)):
+                _log_unexpected(build_dir, cell, exc)
             return failed(cell, exc, image)
         record = _inputs_record(build_dir, cell)
         record.parent.mkdir(exist_ok=True)
@@ -233,11 +237,22 @@ def build_cells(
         # killed, so their threads return (and remove them) at once.
         pool.shutdown(wait=False, cancel_futures=True)
         for box in client.containers.list(filters={"label": f"{RUN_LABEL}={run_label}"}):
-            box.kill()
+            with contextlib.suppress(docker.errors.DockerException):  # it may have ended meanwhile
+                box.kill()
         raise
     finally:
         pool.shutdown(wait=True)
     return [results[cell.name] for cell in cells]
+
+
+def _log_unexpected(build_dir: Path, cell: Cell, exc: Exception) -> None:
+    """A failure kernel-matrix did not foresee: its traceback goes to the cell's log, not the screen."""
+    import traceback
+
+    log = build_dir / "logs" / f"{cell.name}.container.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write("".join(traceback.format_exception(exc)))
 
 
 def _so_bytes(variant_dir: Path) -> int | None:

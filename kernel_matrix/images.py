@@ -60,7 +60,8 @@ if tag != "cp39":
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
 OFFLINE_CUDA_MAJOR = "13"
 VENV = "/opt/km"
-DOCKERFILE = Path(__file__).resolve().parent.parent / "docker" / "builder.Dockerfile"
+# Package data, so that `pip install kernel-matrix` has it (docker/builder.Dockerfile links here).
+DOCKERFILE = Path(__file__).resolve().parent / "docker" / "builder.Dockerfile"
 CUDA_HOME = "/opt/cuda"
 LABEL = "kernel-matrix.image"
 # Run in the builder's venv after torch is installed: its CUDA major must be the

@@ -8,7 +8,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .buildtoml import BuildConfig, load_build_toml
@@ -17,7 +17,7 @@ from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compil
 from .errors import BuildError, ConfigError, ToolchainError
 from .objcache import ObjectCache
 from .provenance import git_state
-from .resources import plan_parallelism
+from .resources import Parallelism, plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
 from .variant_dir import render_template, staged, write_metadata, write_python_package
 from .variants import Variant, host_arch, torch_minor
@@ -140,7 +140,9 @@ def plan_build(
     )
 
 
-def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int = 1) -> tuple[list[Step], Step]:
+def build_steps(
+    plan: BuildPlan, work: Path, so_path: Path, *, parallel: Parallelism | None = None
+) -> tuple[list[Step], Step]:
     """The compile steps (independent) and the link step of a plan."""
     kernel_dir, config = plan.kernel_dir, plan.config
     generated = work / "generated"
@@ -153,6 +155,12 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int
     # so would the binding's command line (and its cache key).
     include_dirs: dict[Path, None] = {}
 
+    own = [d / "registration.h" for d in [kernel_dir / "torch-ext", *(kernel_dir / i for i in config.torch.include)]]
+    if any(path.is_file() for path in own):
+        # Its macros would register the ops under TORCH_EXTENSION_NAME, which here
+        # is the stable base name, while _ops.py looks under the build's namespace.
+        found = next(path for path in own if path.is_file())
+        raise ConfigError(f"{found}: kernel-matrix provides registration.h; remove the kernel's own copy")
     for name, kernel in config.kernels_for(plan.backend).items():
         includes = [kernel_dir / d for d in kernel.include]
         include_dirs.update(dict.fromkeys(includes))
@@ -171,9 +179,7 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int
                     gencode=gencode_flags(plan.capabilities),
                     flags=[*kernel.cuda_flags, *(f"-Xcompiler={f}" for f in kernel.cxx_flags)],
                 )
-                compilers = (str(plan.nvcc.path), plan.cxx)
-                # nvcc compiles the file's architectures in parallel.
-                tuning = (f"--threads={nvcc_threads}",) if nvcc_threads > 1 else ()
+                compilers, tuning = (str(plan.nvcc.path), plan.cxx), ()
             elif source.suffix in _CXX_SUFFIXES:
                 argv = cxx_compile(
                     plan.cxx,
@@ -228,6 +234,12 @@ def build_steps(plan: BuildPlan, work: Path, so_path: Path, *, nvcc_threads: int
         flags=[],
     )
     compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
+    # nvcc compiles a file's CUDA architectures in parallel with the cores the
+    # other compiles leave idle (one .cu among four compiles on 16 cores: 4 threads).
+    threads = parallel.nvcc_threads(len(compiles)) if parallel else 1
+    if plan.nvcc is not None and threads > 1:
+        nvcc = str(plan.nvcc.path)
+        compiles = [replace(s, tuning=(f"--threads={threads}",)) if s.argv[0] == nvcc else s for s in compiles]
 
     libs = ["c10", "torch", "torch_cpu"]
     lib_dirs = [plan.torch.lib_dir]
@@ -275,7 +287,7 @@ def build_variant(
     with staged(final) as stage:
         work = stage / ".work"
         so_path = stage / f"{plan.module}.abi3.so"
-        compiles, link = build_steps(plan, work, so_path, nvcc_threads=parallel.nvcc_threads)
+        compiles, link = build_steps(plan, work, so_path, parallel=parallel)
         try:
             run_steps(compiles, link, cwd=plan.kernel_dir, on_done=done, jobs=parallel.compiles, cache=cache)
         except BuildError as exc:

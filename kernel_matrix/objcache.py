@@ -25,6 +25,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+# Variables that change what gcc or nvcc compile without showing on the command line.
+COMPILER_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
 # Objects kept per command line: one per torch version and CUDA toolchain in use, with room.
 MAX_ENTRIES = 16
 # A make rule's prerequisites are separated by unescaped whitespace.
@@ -47,10 +49,18 @@ class ObjectCache:
                 continue  # an input or the object vanished: try the next entry
         return False
 
-    def store(self, argv: list[str], output: Path, compilers: list[str], depfile: Path) -> None:
-        """Record a compile's object and what it read (never fails the build)."""
+    def store(
+        self, argv: list[str], output: Path, compilers: list[str], depfile: Path, *, cwd: Path, started: float
+    ) -> None:
+        """Record a compile's object and what it read (never fails the build).
+
+        started: when the compile began. A file changed since then may not be
+        what the compiler read, so such a compile is not recorded (as ccache does)."""
         try:
-            inputs = {str(p): self._hash(p) for p in parse_depfile(depfile.read_text())}
+            read = parse_depfile(depfile.read_text(), base=cwd)
+            if not read or any(max(p.stat().st_mtime, p.stat().st_ctime) >= started for p in read):
+                return
+            inputs = {str(p): self._hash(p) for p in read}
             key = self._key(argv, output, compilers)
             content = hashlib.sha256(output.read_bytes()).hexdigest()
             self._write(self.root / "objects" / content, output.read_bytes())
@@ -70,7 +80,8 @@ class ObjectCache:
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
     def _key(self, argv: list[str], output: Path, compilers: list[str]) -> str:
-        parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers]]
+        environment = {name: os.environ.get(name) for name in COMPILER_ENVIRONMENT}
+        parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
     def _manifest_path(self, key: str) -> Path:
@@ -96,18 +107,26 @@ class ObjectCache:
         os.replace(tmp, path)
 
 
-def parse_depfile(text: str) -> list[Path]:
-    """The prerequisites of a make rule as gcc/nvcc -MD write it."""
+def parse_depfile(text: str, base: Path = Path("/")) -> list[Path]:
+    """The prerequisites of a make rule as gcc/nvcc -MD write it; relative
+    paths are the compiler's, so they are taken from base (its working directory)."""
     _, _, prerequisites = text.replace("\\\n", " ").partition(": ")
     words = [w.replace("\\ ", " ") for w in _DEP_SPLIT.split(prerequisites.strip()) if w]
-    return sorted({Path(w).resolve() for w in words})
+    return sorted({(base / w).resolve() for w in words})
 
 
 @cache
-def compiler_identity(compiler: str) -> str:
-    """What the compiler says it is (path and --version); a new compiler misses every entry."""
+def compiler_identity(compiler: str) -> str | None:
+    """What the compiler says it is (path and --version); a new compiler misses
+    every entry. None when it cannot say: such compiles are not cached."""
     try:
         result = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return compiler
+        return None
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
     return f"{shutil.which(compiler) or compiler}\n{result.stdout}"
+
+
+def cacheable(compilers: list[str]) -> bool:
+    return all(compiler_identity(c) is not None for c in compilers)

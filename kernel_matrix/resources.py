@@ -18,7 +18,11 @@ MEMORY_PER_COMPILE = int(1.5 * GIB)
 class Parallelism:
     builds: int  # variants built at the same time (containers)
     compiles: int  # compile processes within one build
-    nvcc_threads: int  # nvcc --threads: the CUDA architectures of one file in parallel
+
+    def nvcc_threads(self, compile_steps: int) -> int:
+        """nvcc --threads (a file's CUDA architectures in parallel) for a build of
+        compile_steps compiles: the slots its compiles leave idle, never more."""
+        return max(1, self.compiles // max(1, compile_steps))
 
 
 def cores() -> int:
@@ -61,4 +65,4 @@ def plan_parallelism(
     builds = builds if builds else slots // 2
     builds = max(1, min(builds, at_most) if at_most else builds)
     per_build = max(1, slots // builds)
-    return Parallelism(builds=builds, compiles=per_build, nvcc_threads=per_build)
+    return Parallelism(builds=builds, compiles=per_build)

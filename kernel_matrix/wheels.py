@@ -13,6 +13,7 @@ cibuildwheel, whose audit step downloads virtualenv from GitHub).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -134,17 +135,17 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
     """The variant's wheel in out_dir (written there only once it is whole)."""
     if not (variant_dir / METADATA).is_file():
         raise BuildError(f"{variant_dir}: not a built variant (kernel-matrix build --variant {cell.name} first)")
-    try:
-        import cibuildwheel  # noqa: F401
-    except ImportError:
-        raise ToolchainError(
-            "kernel-matrix wheels needs cibuildwheel (pip install cibuildwheel; Python >= 3.11)"
-        ) from None
+    for tool in ("cibuildwheel", "abi3audit"):
+        if importlib.util.find_spec(tool) is None:
+            raise ToolchainError(f"kernel-matrix wheels needs {tool} (pip install {tool}; Python 3.11+)")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{cell.name}.wheel-", dir=out_dir) as scratch:
         project, made = Path(scratch) / "project", Path(scratch) / "wheelhouse"
         write_project(variant_dir, project, spec, cell.name)
-        env = {**os.environ, **cibuildwheel_env(cell, image)}
+        # Only our settings: CIBW_* variables of the caller's environment could add
+        # commands, pass variables into the container or change the image.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+        env = {**inherited, **cibuildwheel_env(cell, image)}
         argv = [sys.executable, "-m", "cibuildwheel", "--output-dir", str(made), str(project)]
         # cibuildwheel copies the current directory into the container: the project.
         result = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, check=False)

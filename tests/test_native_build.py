@@ -146,6 +146,9 @@ def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell's background job ignores SIGINT, and Python keeps that: the
+        # build under test gets the default, as in a terminal.
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 60
     while not (build_dir.exists() and any(build_dir.iterdir())) and time.monotonic() < deadline:
@@ -155,3 +158,7 @@ def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert [p.name for p in build_dir.iterdir() if p.name != ".cache"] == []
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

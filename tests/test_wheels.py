@@ -67,16 +67,22 @@ def _fresh_env(path: Path) -> Path:
     return python
 
 
+def _minors() -> tuple[str, str]:
+    """This torch's minor, and another of the matrix's (what a wrong wheel requires)."""
+    import torch
+
+    minor = ".".join(torch.__version__.split(".")[:2])
+    return minor, "2.12" if minor == "2.11" else "2.11"
+
+
 @pytest.fixture(scope="module")
 def host_wheels(built, tmp_path_factory):
     """Wheels of this host's CPU variant made by the project's own setuptools
-    project (pip wheel, no repair): one requiring this torch, one an older one."""
-    import torch
-
+    project (pip wheel, no repair): one requiring this torch, one another minor."""
     variant = built["cpu"]
-    minor = ".".join(torch.__version__.split(".")[:2])
+    minor, other = _minors()
     wheels = {}
-    for label, torch_minor in (("matching", minor), ("older", "2.11")):
+    for label, torch_minor in (("matching", minor), ("other", other)):
         spec = wheel_spec(
             cell(f"torch{torch_minor.replace('.', '')}-cxx11-cpu-x86_64-linux"),
             name="img2gray",
@@ -97,15 +103,17 @@ def host_wheels(built, tmp_path_factory):
 
 
 def test_the_wheel_is_abi3_for_cpython_39_and_requires_its_torch_minor(host_wheels):
-    wheel = host_wheels["older"]
+    wheel = host_wheels["other"]
+    other = _minors()[1]
+    major, minor = other.split(".")
     name, version, _, tags = parse_wheel_filename(wheel.name)
-    assert (name, str(version)) == ("img2gray", "1+torch211cpu")
+    assert (name, str(version)) == ("img2gray", f"1+torch{major}{minor}cpu")
     assert {(t.interpreter, t.abi) for t in tags} == {("cp39", "abi3")}
     with zipfile.ZipFile(wheel) as archive:
         metadata_name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
         files = archive.namelist()
-    assert metadata.get_all("Requires-Dist") == ["torch<2.12,>=2.11"]
+    assert metadata.get_all("Requires-Dist") == [f"torch<{major}.{int(minor) + 1},>={other}"]
     assert any(f.startswith("img2gray/_img2gray_cpu_") and f.endswith(".abi3.so") for f in files)
     assert {"img2gray/__init__.py", "img2gray/_ops.py", "img2gray/metadata.json"} <= set(files)
     # This interpreter (CPython >= 3.9 on this platform) accepts the tags.
@@ -118,12 +126,14 @@ def test_pip_accepts_the_matching_wheel_and_refuses_the_wrong_torch(host_wheels,
     ok = subprocess.run([*dry, str(host_wheels["matching"])], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     assert "Would install img2gray-1+torch" in ok.stdout
-    wrong = subprocess.run([*dry, str(host_wheels["older"])], capture_output=True, text=True, check=False)
+    wrong = subprocess.run([*dry, str(host_wheels["other"])], capture_output=True, text=True, check=False)
     assert wrong.returncode != 0
     # pip's own resolver says why: the requirement, not a kernel-matrix message.
     said = wrong.stdout + wrong.stderr
-    assert "Cannot install img2gray==1+torch211cpu" in said and "ResolutionImpossible" in said
-    assert "img2gray 1+torch211cpu depends on torch<2.12 and >=2.11" in said, said
+    major, minor = _minors()[1].split(".")
+    label = f"1+torch{major}{minor}cpu"
+    assert f"Cannot install img2gray=={label}" in said and "ResolutionImpossible" in said
+    assert f"img2gray {label} depends on torch<{major}.{int(minor) + 1} and >={major}.{minor}" in said, said
 
 
 @pytest.mark.build

@@ -39,7 +39,8 @@ def img2gray(variant_dir: Path, variant_backend: str):
     installed = os.environ.get(INSTALLED_ENV)
     if installed:
         module = importlib.import_module(installed)
-        assert "site-packages" in Path(module.__file__).parts, f"{installed} imported from {module.__file__}"
+        parts = Path(module.__file__).parts  # Debian's Python says dist-packages
+        assert "site-packages" in parts or "dist-packages" in parts, f"{installed} imported from {module.__file__}"
         return module
     import kernels
 
