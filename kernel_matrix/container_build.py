@@ -104,8 +104,10 @@ def _inputs_record(build_dir: Path, cell: Cell) -> Path:
 def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
     """The cell's builder image, made (once) if it is missing."""
     if image_kind == "official":
-        torch, index = cell.variant.torch, cell.torch_index
-        return images.official_builder(client, cell.image, torch=torch, torch_index=index, log=log)
+        variant = cell.variant
+        return images.official_builder(
+            client, cell.image, torch=variant.torch, cuda=variant.cuda, torch_index=cell.torch_index, log=log
+        )
     base = images.offline_base(client, log=log)
     return images.builder_image(
         client, base, torch=cell.variant.torch, cuda=cell.variant.cuda, torch_index=cell.torch_index, pip=pip, log=log

@@ -234,7 +234,14 @@ def builder_image(
 
 
 def official_builder(
-    client: docker.DockerClient, base: str, *, torch: str, torch_index: str, log=print, dockerfile: Path = DOCKERFILE
+    client: docker.DockerClient,
+    base: str,
+    *,
+    torch: str,
+    cuda: str | None,
+    torch_index: str,
+    log=print,
+    dockerfile: Path = DOCKERFILE,
 ) -> str:
     """The production builder: docker/builder.Dockerfile on the official CUDA
     image `base` (pulled by the build if missing). Tagged by a hash of the
@@ -246,6 +253,7 @@ def official_builder(
         "TORCH_SPEC": f"torch=={torch}.*",
         "TORCH_INDEX_URL": "" if torch_index == "pypi" else torch_index,
         "BUILD_TOOLS": " ".join(BUILD_TOOL_REQUIREMENTS),
+        "CUDA_MAJOR": cuda.split(".")[0] if cuda else "",
     }
     digest = _digest(dockerfile.read_text(), sorted(args.items()))
     tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-official-{digest}"

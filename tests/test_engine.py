@@ -98,23 +98,29 @@ def test_dockerfile_builders_are_tagged_by_content_reused_and_fail_in_one_line(e
         "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG TORCH_SPEC\nARG TORCH_INDEX_URL\n"
         'RUN echo "$TORCH_SPEC from ${TORCH_INDEX_URL:-pypi}" > /spec\n'
     )
+
+    def make(torch: str) -> str:
+        return images.official_builder(
+            engine, busybox, torch=torch, cuda=None, torch_index="pypi", dockerfile=dockerfile
+        )
+
     made = []
     try:
-        tag = images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile)
+        tag = make("2.13")
         made.append(tag)
         with container(engine, tag) as box:
             assert box.run(["cat", "/spec"]).output == "torch==2.13.* from pypi\n"
         image_id = engine.images.get(tag).id
-        assert images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile) == tag
+        assert make("2.13") == tag
         assert engine.images.get(tag).id == image_id  # reused, not rebuilt
-        other = images.official_builder(engine, busybox, torch="2.14", torch_index="pypi", dockerfile=dockerfile)
+        other = make("2.14")
         made.append(other)
         assert other != tag
 
         dockerfile.write_text(dockerfile.read_text() + "RUN exit 3\n")
         failure = r"creating kernel-matrix/builder:torch213-official-\w+ failed: .*"
         with pytest.raises(EngineError, match=failure) as err:
-            images.official_builder(engine, busybox, torch="2.13", torch_index="pypi", dockerfile=dockerfile)
+            make("2.13")
         assert "\n" not in str(err.value)
     finally:
         for tag in made:

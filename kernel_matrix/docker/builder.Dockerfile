@@ -49,6 +49,15 @@ RUN "${PYTHON}" -m venv /opt/km \
  && ln -s /opt/km "/opt/python/${tag}" \
  && ln -s /opt/km/bin/python /opt/python/cp39-cp39/bin/python
 
+# A CUDA cell's torch must be built for the image's CUDA major (empty: a CPU cell).
+ARG CUDA_MAJOR=""
+RUN if [ -n "${CUDA_MAJOR}" ]; then \
+      /opt/km/bin/python -c 'import glob, runpy, sys; \
+v = runpy.run_path(glob.glob(sys.prefix + "/lib/python3*/site-packages/torch/version.py")[0]); \
+c = v.get("cuda") or "none"; \
+sys.exit(0 if c.split(".")[0] == sys.argv[1] else "torch %s is built for CUDA %s, not %s.x: point the torch index at CUDA builds" % (v["__version__"], c, sys.argv[1]))' "${CUDA_MAJOR}"; \
+    fi
+
 LABEL kernel-matrix.image="builder"
 # No USER here: kernel-matrix runs builds with --user (the invoking user's uid),
 # and cibuildwheel needs to create /project in the container it starts.
