@@ -214,6 +214,12 @@ def _write_build_stats(build_dir: Path, variant: str, seconds: float, result) ->
     path.write_text(json.dumps(stats) + "\n")
 
 
+def _image_kind(image: str | None, profile: str | None, matrix) -> str:
+    """--image, else the matrix's; the local profile is what this host builds, where
+    no registry is assumed, so its builders stand on the offline base."""
+    return image or ("offline" if profile == "local" else matrix.spec.image)
+
+
 def _build_in_containers(
     kernel_dir, build_dir, file, profile, only, variants, image, jobs, cache_dir, no_cache
 ) -> None:
@@ -228,9 +234,7 @@ def _build_in_containers(
     matrix = load_matrix(file)
     cells = select(matrix, profile=profile, only=only, variants=variants)
     client = connect()
-    # The local profile is what this host builds: no registry is assumed, so
-    # its builders stand on the offline base unless --image says otherwise.
-    image_kind = image or ("offline" if profile == "local" else matrix.spec.image)
+    image_kind = _image_kind(image, profile, matrix)
     with live_progress(console, [c.name for c in cells]) as progress:
         results = build_cells(
             client,
@@ -295,7 +299,7 @@ def wheels(
             raise BuildError(f"no variant of {file} is built in {build_dir}: run kernel-matrix build first")
     general = load_build_toml(_matrix_kernel_dir(kernel_dir, matrix)).general
     client, pip = connect(), PipSetup.from_host()
-    image_kind = image or ("offline" if profile == "local" else matrix.spec.image)
+    image_kind = _image_kind(image, profile, matrix)
     out_dir = out_dir or build_dir / "wheels"
     table = Table(title=f"wheels ({len(cells)} cells)", show_edge=False)
     for column in ("variant", "status", "wheel"):

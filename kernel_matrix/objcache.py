@@ -58,12 +58,13 @@ class ObjectCache:
         what the compiler read, so such a compile is not recorded (as ccache does)."""
         try:
             read = parse_depfile(depfile.read_text(), base=cwd)
-            if not read or any(max(p.stat().st_mtime, p.stat().st_ctime) >= started for p in read):
+            if not read or any(_changed_since(p, started) for p in read):
                 return
             inputs = {str(p): self._hash(p) for p in read}
             key = self._key(argv, output, compilers)
-            content = hashlib.sha256(output.read_bytes()).hexdigest()
-            self._write(self.root / "objects" / content, output.read_bytes())
+            data = output.read_bytes()
+            content = hashlib.sha256(data).hexdigest()
+            self._write(self.root / "objects" / content, data)
             # Newest first; parallel builds may each add one and the last rename
             # wins, which only costs the loser's entry a compile next time.
             entries = [{"inputs": inputs, "object": content}]
@@ -105,6 +106,11 @@ class ObjectCache:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+
+
+def _changed_since(path: Path, started: float) -> bool:
+    stat = path.stat()
+    return max(stat.st_mtime, stat.st_ctime) >= started
 
 
 def parse_depfile(text: str, base: Path = Path("/")) -> list[Path]:
