@@ -63,13 +63,22 @@ def matrix(
         bool, typer.Option("--check-upstream", help="Report torch releases and CUDA builds the matrix misses.")
     ] = False,
     github_output: Annotated[
-        str | None, typer.Option(help="With --json: also write NAME=<json> to $GITHUB_OUTPUT (a job output).")
-    ] = None,
+        bool,
+        typer.Option(
+            "--github-output",
+            help="With --json: also write the job outputs cells=<json> and gpu_cells=<json of the cells the GPU "
+            "runners test, empty if none> to $GITHUB_OUTPUT.",
+        ),
+    ] = False,
 ) -> None:
-    """List the matrix cells (variants): a table, or JSON for GitHub Actions."""
+    """List the matrix cells (variants): a table, or JSON for GitHub Actions.
+
+    In a GitHub Actions run of a pull request (or a fork's code) the matrix may only
+    name GitHub-hosted build runners, and a fork's code gets no GPU test cells."""
     import json
 
-    from .matrix import github_matrix, load_matrix, select
+    from .github_event import GithubEvent
+    from .matrix import check_runners, github_matrix, gpu_test_cells, load_matrix, select
 
     loaded = load_matrix(file)
     for warning in loaded.warnings:
@@ -80,11 +89,16 @@ def matrix(
         run_check(loaded, console)
         return
     cells = select(loaded, profile=profile, only=only, variants=variant or [])
+    event = GithubEvent.from_environment()
+    check_runners(loaded, cells, event)
     if as_json:
         text = json.dumps(github_matrix(cells), separators=(",", ":"))
         typer.echo(text)
         if github_output:
-            _write_github_output(github_output, text)
+            gpu = gpu_test_cells(cells, event)
+            # An empty string, not an empty matrix (which GitHub refuses): the GPU job's `if` skips it.
+            gpu_text = json.dumps(github_matrix(gpu), separators=(",", ":")) if gpu else ""
+            _write_github_output({"cells": text, "gpu_cells": gpu_text})
         return
     table = Table(title=f"{file}: {len(cells)} cells (profile {profile})", show_edge=False)
     for column in ("variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner"):
@@ -104,7 +118,7 @@ def matrix(
     stdout.print(table)
 
 
-def _write_github_output(name: str, value: str) -> None:
+def _write_github_output(outputs: dict[str, str]) -> None:
     import os
 
     from .errors import ConfigError
@@ -113,7 +127,8 @@ def _write_github_output(name: str, value: str) -> None:
     if not path:
         raise ConfigError("--github-output: GITHUB_OUTPUT is not set (it is, in a GitHub Actions job)")
     with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
+        for name, value in outputs.items():
+            f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
 
 
 @app.command()

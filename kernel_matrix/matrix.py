@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from . import data
 from .capabilities import default_capabilities
 from .errors import ConfigError
+from .github_event import GithubEvent, is_github_hosted
 from .matrix_schema import ArchRunners, CapabilityRow, CellSelector, CellSpec, MatrixFile, TorchRelease, Upstream
 from .variants import Variant, host_arch
 from .yamlsource import Located, YamlProblems, load_located
@@ -78,6 +79,7 @@ class Matrix:
     path: Path
     spec: MatrixFile
     cells: list[Cell]
+    located: Located
     warnings: list[str] = field(default_factory=list)
 
 
@@ -271,7 +273,9 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
     if not cells:
         raise ConfigError(f"{path}:1:1: the matrix has no cells (everything is excluded?)")
     ordered = sorted(cells.values(), key=_cell_order)
-    return Matrix(path=path, spec=spec, cells=ordered, warnings=_loader_warnings(path, located, ordered))
+    return Matrix(
+        path=path, spec=spec, cells=ordered, located=located, warnings=_loader_warnings(path, located, ordered)
+    )
 
 
 def _cell_order(cell: Cell) -> tuple:
@@ -441,5 +445,27 @@ def _field(cell: Cell, key: str) -> str:
     return {"torch": v.torch, "cuda": v.cuda or "cpu", "arch": v.arch, "backend": v.backend}[key]
 
 
+def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None:
+    """A pull request's (or a fork's) matrix may only name GitHub-hosted build
+    runners: its build and CPU-test jobs run its code there."""
+    if not event.hosted_runners_only:
+        return
+    problems = _Problems(matrix.path, matrix.located)
+    for arch in sorted({cell.variant.arch for cell in cells}):
+        labels = matrix.spec.archs[arch].build_runner
+        if not is_github_hosted(labels):
+            problems.add(
+                ("archs", arch, "build-runner"),
+                f"archs.{arch}.build-runner = {labels}: a {event.name} event may only build on one "
+                "GitHub-hosted runner label (ubuntu-*, windows-*, macos-*), never a self-hosted one",
+            )
+    problems.raise_if_any()
+
+
 def github_matrix(cells: list[Cell]) -> dict[str, Any]:
     return {"include": [cell.to_json() for cell in cells]}
+
+
+def gpu_test_cells(cells: list[Cell], event: GithubEvent) -> list[Cell]:
+    """The cells the self-hosted GPU runners test: CUDA ones, and none for a fork's code."""
+    return [] if event.from_fork else [cell for cell in cells if cell.variant.backend == "cuda"]

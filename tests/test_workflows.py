@@ -360,8 +360,7 @@ def test_the_job_graph():
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
         assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
-    assert JOBS["build"]["runs-on"] == "${{ matrix.build_runner }}"
-    assert JOBS["test-cpu"]["runs-on"] == "${{ matrix.build_runner }}"  # GitHub-hosted: forks included
+    assert JOBS["build"]["runs-on"] == JOBS["test-cpu"]["runs-on"] == BUILD_RUNS_ON  # GitHub-hosted for pull requests
     assert JOBS["test-gpu"]["runs-on"] == "${{ matrix.test_runner }}"
     assert JOBS["summary"]["if"] == "always()"
 
@@ -395,6 +394,12 @@ def test_every_job_is_one_command_a_developer_can_run():
 
 # --- runners: only test-gpu reaches a self-hosted runner, and never for a fork ----------------------------------
 
+# build and test-cpu: for a pull request, the hosted runner of the cell's arch, whatever its matrix says.
+BUILD_RUNS_ON = (
+    "${{ github.event_name == 'pull_request' && (matrix.arch == 'aarch64' && 'ubuntu-24.04-arm' || 'ubuntu-24.04') "
+    "|| matrix.build_runner }}"
+)
+
 
 def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
     cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="full"))["include"]
@@ -408,7 +413,39 @@ def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
             runs_on = job["runs-on"]
             if (path.name, name) == ("build.yml", "test-gpu"):
                 continue
-            assert runs_on == "${{ matrix.build_runner }}" or re.fullmatch(r"ubuntu-[\d.]+(-arm)?", runs_on), name
+            assert runs_on == BUILD_RUNS_ON or re.fullmatch(r"ubuntu-[\d.]+(-arm)?", runs_on), name
+
+
+# A pull request's own build_matrix.yaml asking for the GPU host (the attack of issue 12).
+HOSTILE_CELLS = [
+    {"arch": "x86_64", "build_runner": ["self-hosted", "linux", "x64", "gpu"]},
+    {"arch": "aarch64", "build_runner": ["self-hosted", "linux", "arm64", "gpu"]},
+    {"arch": "riscv64", "build_runner": ["gpu"]},
+    {"build_runner": ["ubuntu-24.04", "gpu"]},
+]
+
+
+@pytest.mark.parametrize("kind", ["fork-pr", "same-repo-pr", "deleted-fork-pr"])
+@pytest.mark.parametrize("job", ["build", "test-cpu"])
+def test_a_pull_requests_matrix_never_chooses_the_runner(kind, job):
+    for cell in HOSTILE_CELLS:
+        context = run_context(kind) | {"matrix": cell}
+        expected = "ubuntu-24.04-arm" if cell.get("arch") == "aarch64" else "ubuntu-24.04"
+        assert render(JOBS[job]["runs-on"], context) == expected, cell
+
+
+def test_the_pull_request_runners_are_the_matrix_files_own():
+    # The workflow's fixed labels for pull requests are what build_matrix.yaml names for other runs.
+    archs = load_matrix(REPO / "build_matrix.yaml").spec.archs
+    for arch, hosted in (("x86_64", "ubuntu-24.04"), ("aarch64", "ubuntu-24.04-arm")):
+        assert archs[arch].build_runner == [hosted]
+        assert render(BUILD_RUNS_ON, run_context("fork-pr") | {"matrix": {"arch": arch}}) == hosted
+
+
+@pytest.mark.parametrize("kind", ["push", "dispatch"])
+def test_pushes_and_dispatches_build_where_the_matrix_says(kind):
+    cell = {"arch": "x86_64", "build_runner": ["self-hosted", "linux", "x64", "big"]}
+    assert render(JOBS["build"]["runs-on"], run_context(kind) | {"matrix": cell}) == cell["build_runner"]
 
 
 # A run of each kind, and whether the GPU tests may run in it.
@@ -478,15 +515,14 @@ def plan_job(context: dict, tmp_path: Path) -> dict:
     """Run the plan job's kernel-matrix steps as GitHub does; return its outputs as needs.plan.outputs."""
     output = tmp_path / "github_output"
     output.write_text("")
+    runner = github_environment(context, tmp_path)
     steps = {}
     for s in JOBS["plan"]["steps"]:
         if not s.get("run", "").startswith("kernel-matrix"):
             continue
         env = {**context["env"], **{k: render(v, context) for k, v in s.get("env", {}).items()}}
-        result = bash(s["run"], {**env, "GITHUB_OUTPUT": str(output)})
-        if result.returncode != 0:
-            assert s.get("continue-on-error") is True, f"{s['id']}: {result.stderr}"
-            assert "the selection is empty" in result.stderr, result.stderr
+        result = bash(s["run"], {**env, **runner, "GITHUB_OUTPUT": str(output)})
+        assert result.returncode == 0, f"{s['id']}: {result.stderr}"
         steps[s["id"]] = {"outputs": {}}
         for line in output.read_text().splitlines():
             name, _, value = line.partition("=")
@@ -495,8 +531,21 @@ def plan_job(context: dict, tmp_path: Path) -> dict:
     return {name: text(render(value, {"steps": steps})) for name, value in JOBS["plan"]["outputs"].items()}
 
 
+def github_environment(context: dict, tmp_path: Path) -> dict[str, str]:
+    """What the runner tells every step about the run: the event's name and payload, and the repository."""
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps(context["github"]["event"]))
+    github = context["github"]
+    return {
+        "GITHUB_EVENT_NAME": github["event_name"],
+        "GITHUB_EVENT_PATH": str(payload),
+        "GITHUB_REPOSITORY": github["repository"],
+    }
+
+
 PLAN_RUNS = {
     "pr": (run_context("same-repo-pr"), "pr", None),
+    "fork-pr": (run_context("fork-pr"), "pr", None),
     "push": (run_context("push"), "full", None),
     "dispatch only=torch=2.13": (run_context("dispatch", only="torch=2.13"), "full", "torch=2.13"),
     "dispatch pr only=arch=x86_64": (run_context("dispatch", profile="pr", only="arch=x86_64"), "pr", "arch=x86_64"),
@@ -514,7 +563,12 @@ def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     gpu = [cell for cell in cells["include"] if cell["gpu_test"]]
     context["needs"] = {"plan": {"outputs": outputs}}
     assert runs(JOBS["test-cpu"], context)  # every cell, with or without a CUDA one
-    if gpu:
+    if kind == "fork-pr":  # never a GPU runner for a fork's code: twice refused, by the plan and by the job's `if`
+        assert gpu and outputs["gpu_cells"] == ""
+        assert not runs(JOBS["test-gpu"], context)
+        context["needs"]["plan"]["outputs"]["gpu_cells"] = json.dumps({"include": gpu})
+        assert not runs(JOBS["test-gpu"], context)
+    elif gpu:
         assert json.loads(outputs["gpu_cells"]) == {"include": gpu}
         assert runs(JOBS["test-gpu"], context)
     else:  # no CUDA cell selected: no GPU job, rather than a matrix GitHub would refuse
@@ -531,12 +585,12 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
         "--profile",
         "pr",
         "--github-output",
-        "cells",
         env={**os.environ, "GITHUB_OUTPUT": str(output)},
     )
     assert result.returncode == 0, result.stderr
     lines = output.read_text().splitlines()
-    assert lines[0] == "earlier=1" and len(lines) == 2 and lines[1].startswith("cells=")
+    assert lines[0] == "earlier=1" and len(lines) == 3 and lines[1].startswith("cells=")
+    assert lines[2].startswith("gpu_cells={")
     cells = json.loads(lines[1].removeprefix("cells="))  # what fromJSON parses
     assert cells == github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))
     assert all({"variant", "build_runner", "test_runner", "artifact"} <= set(cell) for cell in cells["include"])
