@@ -5,6 +5,7 @@ something else."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -120,11 +121,38 @@ def _first_problem(path: Path, text: str, exc: ValidationError) -> str:
     return f"{where(path, line, col)}: {what}"
 
 
+# A [kernel.<name>] section's name: it names a folder of object files, so no
+# path separators or dots (the kernels of kernels-community use a-z, 0-9, _ and -).
+SECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
 def _check_sources(path: Path, text: str, kernel_dir: Path, config: BuildConfig) -> None:
-    lists: list[tuple[tuple[str, ...], list[str]]] = [(("torch", "src"), config.torch.src)]
-    lists += [(("kernel", name, "src"), k.src) for name, k in config.kernel.items()]
-    for loc, files in lists:
-        for file in files:
-            if not (kernel_dir / file).is_file():
-                line, col = toml_key_position(text, loc)
-                raise ConfigError(f"{where(path, line, col)}: source file '{file}' does not exist in {kernel_dir}")
+    """Section names are plain names; every path resolves inside the kernel
+    directory (what the kernel's commit covers); source files exist."""
+    for name in config.kernel:
+        if not SECTION_NAME.match(name):
+            line = next(
+                (i for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith("[") and name in ln), 1
+            )
+            raise ConfigError(
+                f"{where(path, line, 1)}: [kernel.{json.dumps(name)}]: a section name may only hold letters, "
+                "digits, '_' and '-'"
+            )
+    root = kernel_dir.resolve()
+    lists: list[tuple[tuple[str, ...], list[str], bool]] = [
+        (("torch", "src"), config.torch.src, True),
+        (("torch", "include"), config.torch.include, False),
+    ]
+    for name, k in config.kernel.items():
+        lists += [(("kernel", name, "src"), k.src, True), (("kernel", name, "include"), k.include, False)]
+    for loc, entries, are_files in lists:
+        for entry in entries:
+            line, col = toml_key_position(text, loc)
+            resolved = (root / entry).resolve()
+            if Path(entry).is_absolute() or not resolved.is_relative_to(root):
+                raise ConfigError(
+                    f"{where(path, line, col)}: {'.'.join(loc)} entry '{entry}' is outside the kernel directory "
+                    f"{root} (links followed): only the kernel's own files are built"
+                )
+            if are_files and not resolved.is_file():
+                raise ConfigError(f"{where(path, line, col)}: source file '{entry}' does not exist in {kernel_dir}")

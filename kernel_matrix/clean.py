@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .errors import ConfigError
+
 # Generated trees and caches, matched anywhere under the project.
 ARTIFACT_DIRS = ("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".hypothesis", "_skbuild", "CMakeFiles")
 ARTIFACT_FILES = ("*.pyc", "*.pyo", "CMakeCache.txt")
@@ -15,7 +17,27 @@ ARTIFACT_FILES = ("*.pyc", "*.pyo", "CMakeCache.txt")
 SKIP_DIRS = {".git", ".venv", "build"}
 
 
+def project_root(matrix_file: Path, build_dir: Path) -> Path:
+    """The project clean may act on: the matrix file's folder, inside a git
+    checkout whose files git can list; build_dir must lie below it."""
+    root = matrix_file.resolve().parent
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=False)
+    if listed.returncode != 0:
+        raise ConfigError(
+            f"{matrix_file}: clean acts only on a project inside a git checkout, and {root} is not in one "
+            "(nothing removed)"
+        )
+    build = build_dir.resolve()
+    if not build.is_relative_to(root) or build == root:
+        raise ConfigError(
+            f"--build-dir {build_dir}: clean only removes a build folder inside the project {root}, "
+            "not the project itself, a folder above it or elsewhere (nothing removed)"
+        )
+    return root
+
+
 def find_artifacts(root: Path, build_dir: Path, keep_variants: set[str]) -> list[Path]:
+    """root: a project_root() (checked); what clean would remove there, in order."""
     root = root.resolve()
     tracked = _tracked(root)
     found: list[Path] = []

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import KernelMatrixError
+from .errors import ExitCode, KernelMatrixError
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -37,7 +37,29 @@ def _matrix_kernel_dir(option: Path | None, matrix) -> Path:
     return option if option is not None else matrix.path.parent / matrix.spec.kernel
 
 
-BuildDir = Annotated[Path, typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.")]
+def _check_build_dir(path: Path) -> Path:
+    """A folder, or a path where one can be made: never an existing file."""
+    for candidate in (path, *path.absolute().parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise typer.BadParameter(f"{path}: {candidate} is not a folder", param_hint="--build-dir")
+            break
+    return path
+
+
+def _make_build_dir(path: Path) -> None:
+    from .errors import ConfigError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
+
+
+BuildDir = Annotated[
+    Path,
+    typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.", callback=_check_build_dir),
+]
 Python = Annotated[
     str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
 ]
@@ -144,6 +166,7 @@ def build(
         typer.Option(
             "--jobs",
             "-j",
+            min=1,
             help="Native: parallel compiles. Containers: variants built at once, sharing the cores "
             "(default: from cores and memory; MAX_JOBS caps the compiles).",
         ),
@@ -166,8 +189,14 @@ def build(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
     ] = False,
+    cache_writes: Annotated[
+        Path | None,
+        # Container builds: the shared cache is mounted read-only, new entries go here for the host to check.
+        typer.Option(hidden=True, help="Write new cache entries here instead of into --cache-dir."),
+    ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
+    _make_build_dir(build_dir)
     if profile or only or variant:
         from .errors import ConfigError
 
@@ -203,7 +232,7 @@ def build(
             console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
             status.update(f"building {plan.variant.name}")
 
-        cache = None if no_cache else ObjectCache(cache_dir or build_dir / ".cache" / "objects")
+        cache = None if no_cache else ObjectCache(cache_dir or build_dir / ".cache" / "objects", writes=cache_writes)
         result = build_variant(plan, build_dir, on_step=report, jobs=jobs, cache=cache)
     seconds = time.monotonic() - started
     _write_build_stats(build_dir, plan.variant.name, seconds, result)
@@ -446,15 +475,14 @@ def clean(
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
 ) -> None:
     """Remove development artifacts, and variants in build/ that the matrix no longer names."""
-    from .clean import find_artifacts, remove
+    from .clean import find_artifacts, project_root, remove
     from .matrix import load_matrix
 
     keep = {cell.name for cell in load_matrix(file).cells}
-    paths = find_artifacts(Path.cwd(), build_dir, keep)
+    root = project_root(file, build_dir)
+    paths = find_artifacts(root, build_dir, keep)
     for path in paths:
-        stdout.print(
-            f"{'would remove' if dry_run else 'removed'} {path.relative_to(Path.cwd().resolve())}", highlight=False
-        )
+        stdout.print(f"{'would remove' if dry_run else 'removed'} {path.relative_to(root)}", highlight=False)
     if not dry_run:
         remove(paths)
     console.print(f"{len(paths)} paths {'to remove' if dry_run else 'removed'}")
@@ -489,9 +517,12 @@ def publish(
     matrix = load_matrix(file)
     kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
     config = load_build_toml(kernel_dir)
-    repo_id = repo_id or config.general.hub.repo_id
-    if not repo_id:
-        raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    if repo_id is None:
+        repo_id = config.general.hub.repo_id
+        if not repo_id:
+            raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    if tag is not None:
+        hub.check_tag(tag)
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -548,14 +579,35 @@ def _interrupt_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _error(line: str) -> None:
+    console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
+
+
 def main() -> None:
+    try:  # typer >= 0.22 carries its own copy of click
+        from typer._click import exceptions as click
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click import exceptions as click  # type: ignore[no-redef]
+
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
-        app()
+        # Not standalone: click's own usage errors come here, to be one line too.
+        code = app(standalone_mode=False)
     except KernelMatrixError as exc:
         for line in str(exc).splitlines():  # one line per problem
-            console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
+            _error(line)
         raise SystemExit(int(exc.exit_code)) from None
+    except click.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        raise SystemExit(ExitCode.CONFIG) from None
+    except click.ClickException as exc:  # a bad option or argument
+        command = f"{exc.ctx.command_path}: " if getattr(exc, "ctx", None) else ""
+        _error(command + " ".join(exc.format_message().split()))
+        raise SystemExit(ExitCode.CONFIG) from None
+    except typer.Abort:  # end of input at a prompt
+        raise SystemExit(ExitCode.FAILURE) from None
+    # Ctrl-C and SIGTERM come back as typer.Exit(130), returned as `code`.
+    raise SystemExit(code if isinstance(code, int) else 0)  # typer.Exit(code) returns its code here
 
 
 if __name__ == "__main__":

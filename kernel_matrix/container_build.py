@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,17 +22,21 @@ import docker
 
 from . import images
 from .abi import check_library, variant_libraries
-from .engine import Mount, container
+from .container_output import check_tree, copy_regular
+from .engine import Limits, Mount, build_user, container
 from .errors import AbiError, BuildError, EngineError, KernelMatrixError
 from .matrix import Cell
+from .objcache import ObjectCache
 from .provenance import SOURCE_GIT_ENV, git_state
-from .resources import plan_parallelism
+from .resources import memory_per_build, plan_parallelism
 from .variant_dir import replace_dir
 from .variants import host_arch
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Marks the containers of one `build` run, so an interrupt can kill exactly those.
 RUN_LABEL = "kernel-matrix.run"
+# Where a build container writes new object-cache entries (the shared cache is read-only to it).
+CACHE_WRITES = "/out/.cache-new"
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,17 @@ def summary_markdown(results: list[CellResult]) -> str:
 
 
 def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Each file's content hash; a link's target text (never what it points at:
+    it may be a device or a host file, and the build refuses links out anyway)."""
+
+    def digest(p: Path) -> str:
+        data = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+        return hashlib.sha256(data).hexdigest()
+
     return [
-        (p.relative_to(root).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+        (p.relative_to(root).as_posix(), digest(p))
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in skip
+        if (p.is_symlink() or p.is_file()) and "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in skip
     ]
 
 
@@ -200,6 +210,7 @@ def build_cells(
     run_label = f"{os.getpid()}-{time.monotonic_ns()}"
     # The cores are shared among the cells that do build, not the skipped ones.
     parallel = plan_parallelism(jobs, at_most=max(1, len(todo)))
+    limits = Limits(memory=memory_per_build(parallel.builds))
 
     def build_one(cell: Cell, image: str, inputs: str) -> CellResult:
         started[cell.name] = time.monotonic()  # the build's time, not the queue's
@@ -214,6 +225,7 @@ def build_cells(
                 jobs=parallel.compiles,
                 cache_dir=cache_dir,
                 run_label=run_label,
+                limits=limits,
             )
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
@@ -271,6 +283,7 @@ def build_cell(
     jobs: int | None,
     cache_dir: Path | None = None,
     run_label: str = "",
+    limits: Limits | None = None,
 ) -> tuple[Path, dict]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
@@ -278,6 +291,7 @@ def build_cell(
     if cell.variant.arch != host_arch():
         raise EngineError(f"{cell.name}: an {cell.variant.arch} cell cannot be built on this {host_arch()} host")
     kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
+    user = build_user()
     source = git_state(kernel_dir)
     env = {"PYTHONPATH": "/opt/kernel-matrix", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
     if source is not None:
@@ -290,14 +304,16 @@ def build_cell(
     # before it may replace anything in build_dir.
     with tempfile.TemporaryDirectory(prefix=f".{cell.name}.container-", dir=build_dir) as private:
         Path(private).chmod(0o755)
+        os.chown(private, *user)
         mounts = [
             Mount(kernel_dir, "/src"),
             Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
             Mount(Path(private), "/out", read_only=False),
         ]
         if cache_dir is not None:
+            # Read-only: new entries go to /out/.cache-new, merged below once checked.
             cache_dir.mkdir(parents=True, exist_ok=True)
-            mounts.append(Mount(cache_dir.resolve(), "/cache", read_only=False))
+            mounts.append(Mount(cache_dir.resolve(), "/cache"))
         argv = [
             f"{images.VENV}/bin/python",
             "-m",
@@ -310,19 +326,35 @@ def build_cell(
             "--backend",
             cell.variant.backend,
             *(["--jobs", str(jobs)] if jobs else []),
-            *(["--cache-dir", "/cache"] if cache_dir is not None else ["--no-cache"]),
+            *(["--cache-dir", "/cache", "--cache-writes", CACHE_WRITES] if cache_dir is not None else ["--no-cache"]),
             # The matrix's capabilities for this CUDA version (its cuda-capabilities override, if any).
             *(["--cuda-capabilities", ",".join(cell.capabilities)] if cell.capabilities else []),
         ]
         labels = {RUN_LABEL: run_label} if run_label else {}
-        with container(client, image, mounts=mounts, network="none", env=env, labels=labels) as box:
+        with container(
+            client,
+            image,
+            mounts=mounts,
+            network="none",
+            user=f"{user[0]}:{user[1]}",
+            env=env,
+            labels=labels,
+            limits=limits,
+        ) as box:
             result = box.run(argv)
         log_path = logs / f"{cell.name}.container.log"
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
+        # The container is gone: check what it left before reading any of it.
+        check_tree(Path(private), owner=(os.getuid(), os.getgid()))
         for inner_log in (Path(private) / "logs").glob("*"):  # compile logs, build statistics
-            shutil.copyfile(inner_log, logs / inner_log.name)
+            if inner_log.is_file():
+                copy_regular(inner_log, logs / inner_log.name)
         stats_file = logs / f"{cell.name}.build.json"
-        stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+        try:
+            stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+        except ValueError:
+            stats = {}
+        stats = stats if isinstance(stats, dict) else {}
         if result.exit_code != 0:
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
             last = last.replace("/out/", f"{build_dir}/")
@@ -333,6 +365,8 @@ def build_cell(
         abi_gate(Path(private) / cell.name, cell.name)
         final = build_dir / cell.name
         replace_dir(Path(private) / cell.name, final)
+        if cache_dir is not None:
+            ObjectCache(cache_dir).merge(Path(private) / CACHE_WRITES.removeprefix("/out/"))
     return final, stats
 
 

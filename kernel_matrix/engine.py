@@ -19,6 +19,36 @@ import docker
 from .errors import EngineError
 
 START_HINT = 'start one with `eval "$(scripts/docker-engine start)"` (or point DOCKER_HOST at a running engine)'
+# Who builds in a container when the caller is root: nobody, so that a build
+# (which runs whatever its kernel's flags say) has no root in the container either.
+UNPRIVILEGED = (65534, 65534)
+# Enough processes for parallel compiles (each nvcc runs a dozen), not a fork bomb.
+PIDS_LIMIT = 4096
+
+
+def build_user() -> tuple[int, int]:
+    """The uid:gid a build container runs as: the caller's, unless that is root."""
+    uid, gid = os.getuid(), os.getgid()
+    return UNPRIVILEGED if uid == 0 else (uid, gid)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A hardened container: its root filesystem read-only, scratch space in a
+    tmpfs at /tmp (counted in its memory), and caps on processes and memory."""
+
+    memory: int | None = None  # bytes; None: no memory limit
+    pids: int = PIDS_LIMIT
+    scratch: str = "/tmp"
+
+    def create_args(self) -> dict:
+        tmpfs_options = "rw,exec,nosuid,nodev,mode=1777" + (f",size={self.memory}" if self.memory else "")
+        return {
+            "read_only": True,
+            "tmpfs": {self.scratch: tmpfs_options},
+            "pids_limit": self.pids,
+            **({"mem_limit": self.memory, "memswap_limit": self.memory} if self.memory else {}),
+        }
 
 
 def connect() -> docker.DockerClient:
@@ -75,11 +105,13 @@ def container(
     env: dict[str, str] | None = None,
     name: str | None = None,
     labels: dict[str, str] | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[Container]:
     """Run `image` idle (its commands come through Container.run), always removing it.
 
     network is "none" unless a step must reach a package registry ("host");
-    user defaults to the caller's uid:gid, so files written to mounts are theirs."""
+    user defaults to the caller's uid:gid, so files written to mounts are theirs;
+    limits, when given, make the root filesystem read-only and cap processes and memory."""
     try:
         client.images.get(image)
     except ImageNotFound:
@@ -98,6 +130,7 @@ def container(
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             detach=True,
+            **(limits.create_args() if limits else {}),
         )
     except DockerException as exc:
         raise EngineError(f"cannot create a container of {image}: {_reason(exc)}") from None

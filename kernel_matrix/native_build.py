@@ -19,7 +19,7 @@ from .objcache import ObjectCache
 from .provenance import git_state
 from .resources import Parallelism, plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
-from .variant_dir import render_template, staged, write_metadata, write_python_package
+from .variant_dir import package_files, render_template, staged, write_metadata, write_python_package
 from .variants import Variant, host_arch, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
@@ -62,7 +62,7 @@ class BuildPlan:
         for kernel in self.config.kernels_for(self.backend).values():
             files.update(kernel.src)
         package = self.kernel_dir / "torch-ext" / self.config.general.python_name
-        files.update(str(p.relative_to(self.kernel_dir)) for p in package.rglob("*.py"))
+        files.update(str(p.relative_to(self.kernel_dir)) for p in package_files(package, self.kernel_dir))
         return sorted(files)
 
     def source_hash(self) -> str:
@@ -299,7 +299,11 @@ def build_variant(
             raise BuildError(f"{exc} (full log: {log_path})") from None
         shutil.rmtree(work)
         write_python_package(
-            stage, plan.kernel_dir / "torch-ext" / general.python_name, name=general.python_name, module=plan.module
+            stage,
+            plan.kernel_dir / "torch-ext" / general.python_name,
+            name=general.python_name,
+            module=plan.module,
+            kernel_dir=plan.kernel_dir,
         )
         write_metadata(
             stage,

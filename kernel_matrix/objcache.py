@@ -33,9 +33,18 @@ MAX_ENTRIES = 16
 _DEP_SPLIT = re.compile(r"(?<!\\)\s+")
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
 class ObjectCache:
-    def __init__(self, root: Path):
+    """root: where compiles are looked up. writes: where new entries go (default:
+    root). A container build reads the shared cache read-only and writes into a
+    folder of its own, which the host checks and merges (`merge`) once the cell
+    has built: no build can change an entry or object another build reads."""
+
+    def __init__(self, root: Path, *, writes: Path | None = None):
         self.root = root
+        self.writes = writes or root
         self._hashes: dict[Path, tuple[int, int, str]] = {}
 
     def fetch(self, argv: list[str], output: Path, compilers: list[str]) -> bool:
@@ -64,18 +73,59 @@ class ObjectCache:
             key = self._key(argv, output, compilers)
             data = output.read_bytes()
             content = hashlib.sha256(data).hexdigest()
-            self._write(self.root / "objects" / content, data)
+            self._write(self.writes / "objects" / content, data)
             # Newest first; parallel builds may each add one and the last rename
             # wins, which only costs the loser's entry a compile next time.
             entries = [{"inputs": inputs, "object": content}]
-            entries += [e for e in self._entries(key) if e.get("inputs") != inputs][: MAX_ENTRIES - 1]
-            self._write(self._manifest_path(key), json.dumps(entries, sort_keys=True).encode())
+            entries += [e for e in self._entries(key, self.writes) if e.get("inputs") != inputs][: MAX_ENTRIES - 1]
+            self._write(self._manifest_path(key, self.writes), json.dumps(entries, sort_keys=True).encode())
         except OSError:
             pass  # a full or read-only cache only costs the next build a compile
 
-    def _entries(self, key: str) -> list[dict]:
+    def merge(self, staged: Path) -> int:
+        """Take a container build's new entries from staged (checked by
+        container_output.check_tree: plain files only) into this cache; returns
+        how many entries were added. An object must hash to its name and is never
+        overwritten; an entry must be well-formed, name such an object, and never
+        replaces one with the same inputs. Anything else is left out."""
+        for path in sorted((staged / "objects").glob("*")):
+            target = self.root / "objects" / path.name
+            try:
+                data = path.read_bytes()
+                if _SHA256.match(path.name) and hashlib.sha256(data).hexdigest() == path.name and not target.exists():
+                    self._write(target, data)
+            except OSError:
+                continue
+        added = 0
+        for path in sorted((staged / "manifests").glob("*/*.json")):
+            key = path.stem
+            if not _SHA256.match(key) or path.parent.name != key[:2]:
+                continue
+            existing = self._entries(key, self.root)
+            known = [e.get("inputs") for e in existing]
+            new = [e for e in self._entries(key, staged) if self._sound(e) and e["inputs"] not in known]
+            if new:
+                self._write(self._manifest_path(key, self.root), json.dumps((new + existing)[:MAX_ENTRIES]).encode())
+                added += len(new)
+        return added
+
+    def _sound(self, entry: dict) -> bool:
+        inputs, obj = entry.get("inputs"), entry.get("object")
+        return (
+            isinstance(inputs, dict)
+            and bool(inputs)
+            and all(
+                isinstance(p, str) and p.startswith("/") and isinstance(d, str) and _SHA256.match(d)
+                for p, d in inputs.items()
+            )
+            and isinstance(obj, str)
+            and _SHA256.match(obj) is not None
+            and (self.root / "objects" / obj).is_file()
+        )
+
+    def _entries(self, key: str, root: Path | None = None) -> list[dict]:
         try:
-            entries = json.loads(self._manifest_path(key).read_text())
+            entries = json.loads(self._manifest_path(key, root or self.root).read_text())
         except (OSError, ValueError):
             return []
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
@@ -85,8 +135,8 @@ class ObjectCache:
         parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
-    def _manifest_path(self, key: str) -> Path:
-        return self.root / "manifests" / key[:2] / f"{key}.json"
+    def _manifest_path(self, key: str, root: Path | None = None) -> Path:
+        return (root or self.root) / "manifests" / key[:2] / f"{key}.json"
 
     def _hash(self, path: Path) -> str:
         stat = path.stat()
@@ -105,6 +155,8 @@ class ObjectCache:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        # Readable by the unprivileged user builds run as (mkstemp makes 0600 files).
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
 
 

@@ -10,6 +10,7 @@ is never printed."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import TypeVar
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
-from .errors import NetworkError, PublishError
+from .errors import ConfigError, NetworkError, PublishError
 from .release import ReleaseFile
 
 try:  # huggingface_hub >= 2 speaks HTTP through the httpx2 fork
@@ -190,6 +191,22 @@ def publish(
             release = commit or plan.parent_commit  # the commit that holds this release
             with_retries(lambda: _tag(api, repo_id, tag, release), retry, log)
     return Outcome(plan=plan, commit=commit, card_commit=card_commit, tag=tag)
+
+
+# git check-ref-format's rules for one tag name (refs/tags/<tag>): no control
+# characters, space, ~ ^ : ? * [ \ or "@{"; no "..", "//", leading or trailing
+# "/" or trailing "."; no component starting with "." or ending in ".lock".
+_BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|//|@\{|^/|/$|\.$|(^|/)\.|\.lock(/|$)")
+
+
+def check_tag(tag: str) -> str:
+    """A tag name git and the Hub accept as refs/tags/<tag>; ConfigError otherwise."""
+    if not tag or tag == "@" or tag.startswith("refs/") or _BAD_REF.search(tag):
+        raise ConfigError(
+            f"--tag {tag!r}: not a valid tag name (git check-ref-format: no spaces, '..', '~^:?*[\\', "
+            "leading '.', '/' at either end; and not a full ref such as refs/heads/main)"
+        )
+    return tag
 
 
 def _tag(api: HfApi, repo_id: str, tag: str, commit: str) -> None:

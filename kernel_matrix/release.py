@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .abi import check_library, variant_libraries
 from .buildtoml import BuildConfig
+from .container_output import UnsafeOutputError, check_tree
 from .errors import AbiError, ConfigError, NothingToDoError
 from .variant_dir import METADATA
 
@@ -32,6 +33,10 @@ def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | No
     digest holds, and its libraries pass the ABI gate."""
     from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
 
+    try:  # an artifact or a copy may carry links: only plain files are released
+        check_tree(variant_dir)
+    except UnsafeOutputError as exc:
+        raise ConfigError(f"{variant_dir}: {str(exc).replace('the container', 'the variant')}") from None
     metadata_path = variant_dir / METADATA
     try:
         metadata = Metadata.read_from_file(metadata_path)

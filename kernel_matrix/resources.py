@@ -66,3 +66,12 @@ def plan_parallelism(
     builds = max(1, min(builds, at_most) if at_most else builds)
     per_build = max(1, slots // builds)
     return Parallelism(builds=builds, compiles=per_build)
+
+
+def memory_per_build(builds: int, *, memory: int | None = None) -> int | None:
+    """The memory limit of one of `builds` build containers running at once: its
+    share of what is available, never below two compiles' worth (None: unknown)."""
+    memory = memory if memory is not None else available_memory()
+    if memory is None:
+        return None
+    return max(2 * MEMORY_PER_COMPILE, memory // max(1, builds))

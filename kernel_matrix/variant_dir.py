@@ -25,6 +25,7 @@ from pathlib import Path
 from string import Template
 
 from . import __version__
+from .errors import ConfigError
 from .provenance import GitState
 
 METADATA = "metadata.json"
@@ -38,14 +39,32 @@ def render_template(template: str, **values: str) -> str:
     return Template(text).substitute(values)
 
 
-def write_python_package(variant_dir: Path, package_src: Path, *, name: str, module: str) -> None:
+def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
+    """The files of the kernel's Python package (torch-ext/<name>/), in order.
+
+    Links are followed only to regular files inside the kernel directory: a
+    link to a host file would otherwise be copied into the variant and published."""
+    root = kernel_dir.resolve()
+    found = []
+    for directory, dirs, files in os.walk(package_src, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _UNHASHED_DIRS)
+        for name in [*dirs, *files]:
+            path = Path(directory) / name
+            if path.is_symlink() and (path.is_dir() or not path.resolve().is_relative_to(root)):
+                raise ConfigError(
+                    f"{path}: a link {'to a folder' if path.is_dir() else 'out of ' + str(root)}: "
+                    "the package may only hold the kernel's own files"
+                )
+        found += [Path(directory) / f for f in files if Path(f).suffix not in _UNHASHED_SUFFIXES]
+    return sorted(p for p in found if p.is_file())
+
+
+def write_python_package(variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path) -> None:
     """Copy the kernel's Python package and generate _ops.py and the compat folder."""
-    for source in sorted(package_src.rglob("*")):
-        relative = source.relative_to(package_src)
-        if source.is_file() and not (_UNHASHED_DIRS & set(relative.parts)) and source.suffix not in _UNHASHED_SUFFIXES:
-            target = variant_dir / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+    for source in package_files(package_src, kernel_dir):
+        target = variant_dir / source.relative_to(package_src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
     (variant_dir / "_ops.py").write_text(render_template("_ops.py.in", module=module))
     compat = variant_dir / name
     compat.mkdir(exist_ok=True)
