@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -101,12 +102,25 @@ def run_steps(
 ) -> None:
     """Run the compiles in parallel, then the link; the first failure raises BuildError.
     on_done(step, cached) follows each step; cached is True when the object came from the cache."""
+    stop = threading.Event()  # after the first failure, compiles not yet started are skipped
+
+    def run(step: Step) -> tuple[Step, BuildError | None, bool | None]:
+        if stop.is_set():
+            return step, None, None
+        failure, cached = _run(step, cwd, cache)
+        if failure is not None:
+            stop.set()
+        return step, failure, cached
+
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda step: (step, *_run(step, cwd, cache)), compiles))
+        results = list(pool.map(run, compiles))
     for step, failure, cached in results:
         if failure is not None:
             raise failure
-        on_done(step, cached)
+        if cached is not None:
+            on_done(step, cached)
+    if stop.is_set():  # pragma: no cover - a failure is always in results
+        raise BuildError("a compile failed")
     failure, _ = _run(link, cwd, None)
     if failure is not None:
         raise failure

@@ -88,6 +88,7 @@ def plan_build(
     """cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
     kernel_dir = kernel_dir.resolve()
     config = load_build_toml(kernel_dir)
+    package_files(kernel_dir / "torch-ext" / config.general.python_name, kernel_dir)  # refuses links out, early
     torch = probe_torch(python)
     nvcc = find_nvcc()
     if backend is None:

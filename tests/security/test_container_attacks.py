@@ -1,0 +1,106 @@
+"""Attacks from issue 12 on a real engine: a kernel whose build.toml runs a
+script in the build container (`-wrapper`, a compiler flag kernel-builder
+accepts) to plant links to host files in the container's output, or to reach
+beyond its container. The wrapper fails the compile at once, so each attack
+costs seconds, not a build."""
+
+import os
+
+import pytest
+from conftest import KERNEL_DIR, kernel_matrix
+
+from kernel_matrix.engine import PIDS_LIMIT, UNPRIVILEGED
+from kernel_matrix.matrix import Machine, load_matrix, select
+from kernel_matrix.resources import MEMORY_PER_COMPILE
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="module")
+def cell(engine):
+    from kernel_matrix.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc: the local profile has no CUDA cell")
+    cells = select(
+        load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
+        profile="local",
+        machine=Machine(arch="x86_64", nvcc=nvcc.version),
+    )
+    return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
+
+
+def hostile_kernel(kernel_copy, script: str):
+    """The kernel, with every compile run through /src/w.sh (mode 755: the build's user reads it)."""
+    wrapper = kernel_copy / "w.sh"
+    wrapper.write_text("#!/bin/sh\n" + script)
+    wrapper.chmod(0o755)
+    toml = kernel_copy / "build.toml"
+    text = toml.read_text().replace('cxx-flags = ["-ffp-contract=off"]', 'cxx-flags = ["-wrapper", "/src/w.sh"]')
+    text = text.replace('backend = "cuda"\n', 'backend = "cuda"\ncxx-flags = ["-wrapper", "/src/w.sh"]\n')
+    toml.write_text(text)
+    return kernel_copy
+
+
+def build(cell, kernel, build_dir):
+    return kernel_matrix(
+        "build",
+        "--variant",
+        cell.name,
+        "--image",
+        "offline",
+        "--kernel-dir",
+        str(kernel),
+        "--build-dir",
+        str(build_dir),
+    )
+
+
+def test_links_to_host_files_never_leave_the_container(cell, kernel_copy, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("HOST SECRET 8d1f")
+    kernel = hostile_kernel(
+        kernel_copy,
+        f"mkdir -p /out/logs /out/{cell.name}\n"
+        f"ln -sf {secret} /out/logs/stolen.log\n"
+        f"ln -sf {secret} /out/{cell.name}/stolen.py\n"
+        "exit 1\n",
+    )
+    build_dir = tmp_path / "build"
+    result = build(cell, kernel, build_dir)
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "a symbolic link: refused" in result.stdout  # the cell's row says why
+    assert result.stderr.strip().splitlines()[-1] == f"error: 1 of 1 cells failed: {cell.name}"
+    for path in build_dir.rglob("*"):
+        assert not path.is_symlink(), path
+        assert not path.is_file() or "HOST SECRET" not in path.read_text(errors="replace"), path
+    assert not (build_dir / cell.name).exists()
+
+
+def test_the_build_runs_unprivileged_read_only_and_limited(cell, kernel_copy, tmp_path):
+    kernel = hostile_kernel(
+        kernel_copy,
+        "mkdir -p /out/logs\n"
+        "exec >> /out/logs/probe.txt 2>&1\n"
+        'echo "uid=$(id -u)"\n'
+        "touch /cache/poison 2>/dev/null && echo cache=written || echo cache=refused\n"
+        "touch /usr/poison 2>/dev/null && echo root=written || echo root=refused\n"
+        "touch /tmp/scratch && echo tmp=written || echo tmp=refused\n"
+        'echo "pids=$(cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null | head -1)"\n'
+        'echo "memory=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory.max 2>/dev/null)"\n'
+        "exit 1\n",
+    )
+    build_dir = tmp_path / "build"
+    result = build(cell, kernel, build_dir)
+    assert result.returncode == 5, result.stdout + result.stderr
+    probe = dict(
+        line.split("=", 1) for line in (build_dir / "logs" / "probe.txt").read_text().splitlines() if "=" in line
+    )
+    expected_uid = UNPRIVILEGED[0] if os.getuid() == 0 else os.getuid()
+    assert probe["uid"] == str(expected_uid)
+    assert probe["cache"] == "refused" and probe["root"] == "refused" and probe["tmp"] == "written"
+    assert probe["pids"] == str(PIDS_LIMIT)
+    # A limit (the available memory when one cell builds), not cgroup v1's "unlimited" (a huge number).
+    assert 2 * MEMORY_PER_COMPILE <= int(probe["memory"]) <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert not (build_dir / ".cache" / "objects" / "poison").exists()
