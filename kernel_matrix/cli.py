@@ -196,7 +196,6 @@ def build(
     ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
-    _make_build_dir(build_dir)
     if profile or only or variant:
         from .errors import ConfigError
 
@@ -221,6 +220,7 @@ def build(
         backend=backend,
         cuda_capabilities=cuda_capabilities.split(",") if cuda_capabilities else None,
     )
+    _make_build_dir(build_dir)  # once the inputs are known to be good: a refused build writes nothing
     console.print(
         f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
         + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
@@ -279,6 +279,7 @@ def _build_in_containers(
     cells = select(matrix, profile=profile, only=only, variants=variants)
     client = connect()
     image_kind = _image_kind(image, profile, matrix)
+    _make_build_dir(build_dir)
     with live_progress(console, [c.name for c in cells]) as progress:
         results = build_cells(
             client,

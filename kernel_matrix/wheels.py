@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .container_output import check_tree
 from .errors import AbiError, BuildError, ToolchainError
 from .matrix import Cell
 from .variant_dir import METADATA
@@ -151,6 +152,8 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
         result = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, check=False)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}")
+        if made.exists():  # copied out of cibuildwheel's container: plain files only
+            check_tree(made)
         wheels = sorted(made.glob("*.whl"))
         if result.returncode != 0 or len(wheels) != 1:
             last = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "no output")

@@ -65,3 +65,20 @@ def kernel_copy(tmp_path) -> Path:
     copy = tmp_path / "kernel"
     shutil.copytree(KERNEL_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
+
+
+@pytest.fixture(scope="session")
+def local_cuda_cell(engine):
+    """The newest torch's cell this host's CUDA toolchain builds (cu130 here)."""
+    from kernel_matrix.matrix import Machine, load_matrix, select
+    from kernel_matrix.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc: the local profile has no CUDA cell")
+    cells = select(
+        load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
+        profile="local",
+        machine=Machine(arch="x86_64", nvcc=nvcc.version),
+    )
+    return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))

@@ -14,25 +14,9 @@ from conftest import KERNEL_DIR, kernel_matrix
 
 from kernel_matrix import container_build
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
-from kernel_matrix.matrix import Machine, load_matrix, select
+from kernel_matrix.matrix import load_matrix, select
 
 pytestmark = pytest.mark.build
-
-
-@pytest.fixture(scope="module")
-def local_cuda_cell(engine):
-    """The newest torch's cell this host's CUDA toolchain builds (cu130 here)."""
-    from kernel_matrix.toolchain import find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("no nvcc: the local profile has no CUDA cell")
-    cells = select(
-        load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
-        profile="local",
-        machine=Machine(arch="x86_64", nvcc=nvcc.version),
-    )
-    return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
 
 
 def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR):

@@ -7,28 +7,12 @@ costs seconds, not a build."""
 import os
 
 import pytest
-from conftest import KERNEL_DIR, kernel_matrix
+from conftest import kernel_matrix
 
 from kernel_matrix.engine import PIDS_LIMIT, UNPRIVILEGED
-from kernel_matrix.matrix import Machine, load_matrix, select
 from kernel_matrix.resources import MEMORY_PER_COMPILE
 
 pytestmark = pytest.mark.build
-
-
-@pytest.fixture(scope="module")
-def cell(engine):
-    from kernel_matrix.toolchain import find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("no nvcc: the local profile has no CUDA cell")
-    cells = select(
-        load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
-        profile="local",
-        machine=Machine(arch="x86_64", nvcc=nvcc.version),
-    )
-    return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
 
 
 def hostile_kernel(kernel_copy, script: str):
@@ -57,7 +41,8 @@ def build(cell, kernel, build_dir):
     )
 
 
-def test_links_to_host_files_never_leave_the_container(cell, kernel_copy, tmp_path):
+def test_links_to_host_files_never_leave_the_container(local_cuda_cell, kernel_copy, tmp_path):
+    cell = local_cuda_cell
     secret = tmp_path / "host-secret.txt"
     secret.write_text("HOST SECRET 8d1f")
     kernel = hostile_kernel(
@@ -78,7 +63,8 @@ def test_links_to_host_files_never_leave_the_container(cell, kernel_copy, tmp_pa
     assert not (build_dir / cell.name).exists()
 
 
-def test_the_build_runs_unprivileged_read_only_and_limited(cell, kernel_copy, tmp_path):
+def test_the_build_runs_unprivileged_read_only_and_limited(local_cuda_cell, kernel_copy, tmp_path):
+    cell = local_cuda_cell
     kernel = hostile_kernel(
         kernel_copy,
         "mkdir -p /out/logs\n"
