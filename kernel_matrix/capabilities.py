@@ -16,14 +16,36 @@ def default_capabilities(cuda_version: str, table: list[dict] | None = None) -> 
 
 
 def select_capabilities(requested: list[str] | None, cuda_version: str, defaults: list[str] | None = None) -> list[str]:
-    """build.toml's list intersected with the CUDA version's defaults (or the
-    given ones: a matrix cell's), ascending.
-
-    An empty result is returned as is: the caller reports it against build.toml.
-    """
+    """A [kernel.*] section's cuda-capabilities against the CUDA version's
+    defaults (or the given ones: a matrix cell's), as kernel-builder's
+    `cuda_archs_loose_intersection` does it: for each default target, the
+    highest requested capability of the same major that is not above it
+    ("8.0" serves an 8.6 target; "9.0a" is kept where 9.0 is a target).
+    No request: the defaults. Ascending; an empty result is returned as is
+    (the caller reports it against build.toml)."""
     defaults = default_capabilities(cuda_version) if defaults is None else defaults
-    chosen = defaults if requested is None else [c for c in defaults if c in set(requested)]
-    return sorted(chosen, key=Version)
+    if requested is None:
+        return sorted(set(defaults), key=capability_order)
+    chosen = set()
+    for target in defaults:
+        same_major = [c for c in requested if _base(c).major == Version(target).major and _base(c) <= Version(target)]
+        if same_major:
+            best = max(same_major, key=capability_order)
+            chosen.add(best if _base(best) != Version(target) or best[-1:] not in "af" else best)
+    # Architecture-specific capabilities (9.0a, 10.0f) replace their plain target.
+    for capability in requested:
+        if capability[-1:] in ("a", "f") and _base(capability) in {Version(t) for t in defaults}:
+            chosen.discard(str(_base(capability)))
+            chosen.add(capability)
+    return sorted(chosen, key=capability_order)
+
+
+def _base(capability: str) -> Version:
+    return Version(capability.rstrip("af"))
+
+
+def capability_order(capability: str) -> tuple[Version, str]:
+    return (_base(capability), capability)
 
 
 def gencode_flags(capabilities: list[str]) -> list[str]:
@@ -36,3 +58,10 @@ def gencode_flags(capabilities: list[str]) -> list[str]:
         top = capabilities[-1].replace(".", "")
         flags.append(f"-gencode=arch=compute_{top},code=compute_{top}")
     return flags
+
+
+def stable_abi_define(version: str) -> str:
+    """torch's TORCH_TARGET_VERSION for a stable-ABI build against torch `version`
+    ("2.10" -> 0x20a000000000000), formatted as kernel-builder's CMake does."""
+    major, minor = (int(part) for part in (version.split(".") + ["0"])[:2])
+    return f"TORCH_TARGET_VERSION={hex((major << 56) | (minor << 48))}"

@@ -211,8 +211,15 @@ def build(
         )
         return
     kernel_dir = kernel_dir or Path("kernel")
-    from .native_build import build_variant, plan_build
+    from .buildtoml import load_build_toml
+    from .native_build import build_noarch, build_variant, plan_build
     from .objcache import ObjectCache
+
+    if load_build_toml(kernel_dir).noarch:  # Python only: every backend's variant, nothing compiled
+        _make_build_dir(build_dir)
+        for made in build_noarch(kernel_dir, build_dir, backends=[backend] if backend else None):
+            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        return
 
     plan = plan_build(
         kernel_dir,
@@ -221,6 +228,13 @@ def build(
         cuda_capabilities=cuda_capabilities.split(",") if cuda_capabilities else None,
     )
     _make_build_dir(build_dir)  # once the inputs are known to be good: a refused build writes nothing
+    for name in plan.config.skipped_sections():
+        backend = plan.config.kernel[name].backend
+        console.print(
+            f"note: [kernel.{name}] is for {backend}, which kernel-matrix does not build (cpu, cuda): skipped",
+            markup=False,
+            highlight=False,
+        )
     console.print(
         f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
         + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
@@ -427,12 +441,17 @@ def test(
         console.print(f"[green]passed[/] {installed} (installed)")
         return
     if variant is None:
+        from .buildtoml import load_build_toml
         from .native_build import plan_build
+        from .toolchain import probe_torch
 
-        variant = plan_build(kernel_dir, python=python, backend=backend).variant.name
+        if load_build_toml(kernel_dir).noarch:  # the backend of the torch that runs the tests
+            variant = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
+        else:
+            variant = plan_build(kernel_dir, python=python, backend=backend).variant.name
     variant_dir = resolve_variant_dir(variant, build_dir)
-    run_kernel_tests(variant_dir, kernel_dir / "tests", python=python, pytest_args=pytest_args or [])
-    console.print(f"[green]passed[/] {variant_dir.name}")
+    ran = run_kernel_tests(variant_dir, kernel_dir, python=python, pytest_args=pytest_args or [])
+    console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)
 
 
 @app.command("check-abi")

@@ -56,7 +56,15 @@ def cxx_compile(
 
 
 def nvcc_compile(
-    nvcc: Path, cxx: str, source: Path, output: Path, *, includes: list[Path], gencode: list[str], flags: list[str]
+    nvcc: Path,
+    cxx: str,
+    source: Path,
+    output: Path,
+    *,
+    includes: list[Path],
+    gencode: list[str],
+    flags: list[str],
+    defines: list[str] = (),
 ) -> list[str]:
     return [
         str(nvcc),
@@ -66,6 +74,7 @@ def nvcc_compile(
         "-Xcompiler=-fPIC,-fvisibility=hidden",
         *gencode,
         *flags,
+        *(f"-D{d}" for d in defines),
         *(f"-I{i}" for i in includes),
         "-c",
         str(source),

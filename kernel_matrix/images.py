@@ -58,6 +58,20 @@ if tag != "cp39":
 """
 # PyPI's CUDA toolchain: one folder (nvidia/cu<major>/) laid out like a toolkit.
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-cccl")
+# The CUDA libraries whose headers torch's ATen/cuda/CUDAContext.h includes (and
+# kernels use: cuRAND's curand_kernel.h), at the versions the cell's torch wheel
+# pins. Only their headers are kept: nothing links against them.
+CUDA_LIBRARIES = ("cublas", "cusparse", "cusolver", "curand")
+_TORCH_CUDA_LIBRARIES = """
+import importlib.metadata as md, re, sys
+libraries = sys.argv[1].split(",")
+for requirement in md.requires("torch") or []:
+    spec = requirement.split(";")[0].strip()
+    if spec.startswith("cuda-toolkit["):  # torch >= 2.12: one metapackage, components as extras
+        print("cuda-toolkit[%s]%s" % (",".join(libraries), re.sub(r"^cuda-toolkit\\[[^]]*\\]", "", spec)))
+    elif re.match(r"nvidia-(%s)(-cu\\d+)?\\b" % "|".join(libraries), spec):
+        print(spec)
+"""
 OFFLINE_CUDA_MAJOR = "13"
 VENV = "/opt/km"
 # Package data, so that `pip install kernel-matrix` has it (docker/builder.Dockerfile links here).
@@ -212,6 +226,13 @@ def builder_image(
         *([[*pip_install, "--no-deps", *(f"{w}=={cuda}.*" for w in CUDA_WHEELS)]] if cuda else []),
     ]
     script = " && ".join(shlex.join(step) for step in steps)
+    if cuda:  # the headers of torch's CUDA libraries (the libraries themselves are deleted)
+        pins = f"$({VENV}/bin/python -c {shlex.quote(_TORCH_CUDA_LIBRARIES)} {','.join(CUDA_LIBRARIES)})"
+        names = " -o ".join(f"-name 'lib{library}*.so*'" for library in CUDA_LIBRARIES)
+        script += (
+            f" && {shlex.join(pip_install)} {pins}"
+            f" && find {VENV}/lib/python3*/site-packages/nvidia \\( {names} -o -name 'libnvJitLink*.so*' \\) -delete"
+        )
     if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
         script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda.split('.')[0]} {CUDA_HOME}"
     # The recipe itself is hashed: changing how images are made makes new ones.

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .buildtoml import BuildConfig, load_build_toml
-from .capabilities import gencode_flags, select_capabilities
+from packaging.version import Version
+
+from .buildtoml import BuildConfig, CpuKernel, CudaKernel, MetalKernel, RocmKernel, Torch, XpuKernel, load_build_toml
+from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
 from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .errors import BuildError, ConfigError, ToolchainError
 from .objcache import ObjectCache
@@ -41,11 +44,40 @@ class BuildPlan:
     torch: TorchInstall
     nvcc: Nvcc | None
     cxx: str
-    capabilities: list[str]
+    capabilities: list[str]  # every section's, for metadata.json
+    # [kernel.*] name -> the capabilities its .cu files are compiled for
+    section_capabilities: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def backend(self) -> str:
         return self.variant.backend
+
+    def sections(self) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
+        """The [kernel.*] sections compiled into this variant: its backend's, minus
+        CUDA sections whose cuda-minver is above this CUDA (kernel-builder skips them)."""
+        return {
+            name: kernel
+            for name, kernel in self.config.kernels_for(self.backend).items()
+            if not (isinstance(kernel, CudaKernel) and name not in self.section_capabilities)
+        }
+
+    @property
+    def torch_section(self) -> Torch:
+        assert self.config.torch is not None, "a native build needs [torch]"
+        return self.config.torch
+
+    def defines(self) -> list[str]:
+        """What every source of the extension is compiled with, as kernel-builder's
+        CMake does (TORCH_EXTENSION_NAME is the stable base name: registration.h)."""
+        backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
+        stable = self.torch_section.stable_abi_for(self.backend)
+        return [
+            *backend,
+            f"TORCH_EXTENSION_NAME={self.module_base}",
+            f"Py_LIMITED_API={PY_LIMITED_API}",
+            "_GLIBCXX_USE_CXX11_ABI=1",
+            *([stable_abi_define(stable)] if stable else []),
+        ]
 
     @property
     def module(self) -> str:
@@ -58,8 +90,8 @@ class BuildPlan:
         return f"_{self.config.general.python_name}_{self.backend}"
 
     def source_files(self) -> list[str]:
-        files = set(self.config.torch.src)
-        for kernel in self.config.kernels_for(self.backend).values():
+        files = set(self.torch_section.src)
+        for kernel in self.sections().values():
             files.update(kernel.src)
         package = self.kernel_dir / "torch-ext" / self.config.general.python_name
         files.update(str(p.relative_to(self.kernel_dir)) for p in package_files(package, self.kernel_dir))
@@ -69,7 +101,7 @@ class BuildPlan:
         digest = hashlib.sha256()
         digest.update(
             json.dumps(
-                [self.variant.name, self.torch.version, self.capabilities, self.config.model_dump(mode="json")],
+                [self.variant.name, self.torch.version, self.section_capabilities, self.config.model_dump(mode="json")],
                 sort_keys=True,
             ).encode()
         )
@@ -116,20 +148,31 @@ def plan_build(
         raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
     cuda = torch.cuda if backend == "cuda" else None
     variant = Variant(torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch())
-    capabilities: list[str] = []
+    stable = config.torch.stable_abi_for(backend) if config.torch else None
+    if stable and Version(torch_minor(torch.version)) < Version(stable):
+        raise ToolchainError(
+            f"{kernel_dir / 'build.toml'}: torch.stable-abi {stable} for {backend} needs torch >= {stable}, "
+            f"not {torch.version}"
+        )
+    sections: dict[str, list[str]] = {}
     if backend == "cuda":
-        requested = [
-            cap
-            for k in config.kernels_for("cuda").values()
-            if k.backend == "cuda"
-            for cap in (k.cuda_capabilities or [])
-        ] or None
-        # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
-        capabilities = select_capabilities(requested, nvcc.version, cuda_capabilities)
-        if not capabilities:
-            raise ConfigError(
-                f"{kernel_dir / 'build.toml'}: none of cuda-capabilities {requested} can be built with CUDA {cuda}"
-            )
+        assert nvcc is not None
+        for name, kernel in config.kernels_for("cuda").items():
+            assert isinstance(kernel, CudaKernel)
+            if kernel.cuda_minver and Version(nvcc.version) < Version(kernel.cuda_minver):
+                continue  # as kernel-builder: the section needs a newer CUDA
+            # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
+            chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version, cuda_capabilities)
+            if not chosen:
+                raise ConfigError(
+                    f"{kernel_dir / 'build.toml'}: [kernel.{name}]: none of cuda-capabilities "
+                    f"{kernel.cuda_capabilities} can be built with CUDA {cuda}"
+                    + (f" for {','.join(cuda_capabilities)}" if cuda_capabilities else "")
+                )
+            sections[name] = chosen
+    capabilities = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
+    if backend == "cuda" and not capabilities:  # no CUDA section: the binding alone, for the defaults
+        capabilities = select_capabilities(None, nvcc.version, cuda_capabilities)  # type: ignore[union-attr]
     return BuildPlan(
         config=config,
         kernel_dir=kernel_dir,
@@ -138,100 +181,111 @@ def plan_build(
         nvcc=nvcc if backend == "cuda" else None,
         cxx=find_cxx(),
         capabilities=capabilities,
+        section_capabilities=sections,
     )
 
 
 def build_steps(
     plan: BuildPlan, work: Path, so_path: Path, *, parallel: Parallelism | None = None
 ) -> tuple[list[Step], Step]:
-    """The compile steps (independent) and the link step of a plan."""
-    kernel_dir, config = plan.kernel_dir, plan.config
+    """The compile steps (independent) and the link step of a plan.
+
+    As kernel-builder compiles a torch extension: every source sees torch's
+    headers and the extension's defines; a [kernel.*] section adds its include
+    dirs, its dependencies' headers and its flags (cxx-flags for C++ files,
+    cuda-flags for .cu files), and its .cu files get its own capabilities. A
+    source that reads no torch header still makes the same object for every
+    torch version (the command lines are the same in every builder image), so
+    the object cache shares it."""
+    kernel_dir, torch_section = plan.kernel_dir, plan.torch_section
     generated = work / "generated"
     generated.mkdir(parents=True, exist_ok=True)
     module_source = generated / "module.cpp"
     module_source.write_text(render_template("module.cpp.in", module=plan.module))
-    backend_define = f"{plan.backend.upper()}_KERNEL"  # as kernel-builder defines it
+    defines = plan.defines()
     compiles: list[Step] = []
-    # Insertion-ordered, not a set: a set's order changes from run to run, and
-    # so would the binding's command line (and its cache key).
-    include_dirs: dict[Path, None] = {}
 
-    own = [d / "registration.h" for d in [kernel_dir / "torch-ext", *(kernel_dir / i for i in config.torch.include)]]
+    own = [d / "registration.h" for d in [kernel_dir / "torch-ext", *(kernel_dir / i for i in torch_section.include)]]
     if any(path.is_file() for path in own):
         # Its macros would register the ops under TORCH_EXTENSION_NAME, which here
         # is the stable base name, while _ops.py looks under the build's namespace.
         found = next(path for path in own if path.is_file())
         raise ConfigError(f"{found}: kernel-matrix provides registration.h; remove the kernel's own copy")
-    for name, kernel in config.kernels_for(plan.backend).items():
-        includes = [kernel_dir / d for d in kernel.include]
-        include_dirs.update(dict.fromkeys(includes))
-        for src in kernel.src:
-            source = kernel_dir / src
-            include_dirs[source.parent] = None
-            output = work / "obj" / name / (Path(src).name + ".o")
-            if source.suffix in _CUDA_SUFFIXES:
-                assert plan.nvcc is not None
-                argv = nvcc_compile(
-                    plan.nvcc.path,
-                    plan.cxx,
-                    source,
-                    output,
-                    includes=[COMPAT_INCLUDE, source.parent, *includes],
-                    gencode=gencode_flags(plan.capabilities),
-                    flags=[*kernel.cuda_flags, *(f"-Xcompiler={f}" for f in kernel.cxx_flags)],
-                )
-                compilers, tuning = (str(plan.nvcc.path), plan.cxx), ()
-            elif source.suffix in _CXX_SUFFIXES:
-                argv = cxx_compile(
-                    plan.cxx,
-                    source,
-                    output,
-                    includes=[COMPAT_INCLUDE, source.parent, *includes],
-                    defines=[backend_define],
-                    flags=kernel.cxx_flags,
-                )
-                compilers, tuning = (plan.cxx,), ()
-            else:
-                continue  # headers
-            compiles.append(Step(f"compile {src}", argv, output, compilers=compilers, tuning=tuning))
-
-    torch_includes = [
-        COMPAT_INCLUDE,
-        *include_dirs,
-        REGISTRATION_INCLUDE,
-        *plan.torch.include_dirs,
-        plan.torch.python_include,
-        *(kernel_dir / d for d in config.torch.include),
-    ]
-    if plan.nvcc is not None:
-        torch_includes.append(plan.nvcc.cuda_home / "include")
-    limited_api = f"Py_LIMITED_API={PY_LIMITED_API}"
-    # The stable name, not the build's: the binding's object does not change when
-    # another source does, so the cache reuses it (registration.h says how).
-    defines = [backend_define, f"TORCH_EXTENSION_NAME={plan.module_base}", limited_api, "_GLIBCXX_USE_CXX11_ABI=1"]
+    torch_includes = [REGISTRATION_INCLUDE, *plan.torch.include_dirs, plan.torch.python_include]
+    if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
+        torch_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
     # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
     # the flag it silently runs on one thread.
     openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
-    for src in config.torch.src:
-        source = kernel_dir / src
-        if source.suffix in _CXX_SUFFIXES:
-            output = work / "obj" / "torch" / (source.name + ".o")
-            argv = cxx_compile(
+    # Insertion-ordered, not a set: a set's order changes from run to run, and
+    # so would the binding's command line (and its cache key).
+    section_dirs: dict[Path, None] = {}
+
+    def compile_step(
+        source: Path,
+        output: Path,
+        includes: list[Path],
+        flags: list[str],
+        cuda_flags: list[str],
+        capabilities: list[str],
+    ) -> Step | None:
+        includes = [COMPAT_INCLUDE, source.parent, *includes]
+        if source.suffix in _CUDA_SUFFIXES:
+            assert plan.nvcc is not None
+            argv = nvcc_compile(
+                plan.nvcc.path,
                 plan.cxx,
                 source,
                 output,
-                includes=[source.parent, *torch_includes],
+                includes=includes,
                 defines=defines,
-                flags=[*openmp, *config.torch.cxx_flags],
+                gencode=gencode_flags(capabilities),
+                # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
+                # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
+                flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
             )
-            compiles.append(Step(f"compile {src}", argv, output, compilers=(plan.cxx,)))
+            return Step(
+                f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(str(plan.nvcc.path), plan.cxx)
+            )
+        if source.suffix in _CXX_SUFFIXES:
+            argv = cxx_compile(plan.cxx, source, output, includes=includes, defines=defines, flags=[*openmp, *flags])
+            return Step(f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(plan.cxx,))
+        return None  # headers, and sources of other languages
+
+    for name, kernel in plan.sections().items():
+        includes = [kernel_dir / d for d in kernel.include]
+        section_dirs.update(dict.fromkeys(includes))
+        includes += dependency_includes(kernel_dir, name, kernel.depends)
+        cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
+        for src in kernel.src:
+            source = kernel_dir / src
+            section_dirs[source.parent] = None
+            output = work / "obj" / name / (src.replace("/", "__") + ".o")
+            step = compile_step(
+                source,
+                output,
+                [*includes, *torch_includes],
+                kernel.cxx_flags,
+                cuda_flags,
+                plan.section_capabilities.get(name, []),
+            )
+            if step is not None:
+                compiles.append(step)
+    # The binding sees its own include dirs and the sections' (as one CMake target does).
+    binding_includes = [*(kernel_dir / d for d in torch_section.include), *section_dirs, *torch_includes]
+    for src in torch_section.src:
+        source = kernel_dir / src
+        output = work / "obj" / "torch" / (src.replace("/", "__") + ".o")
+        step = compile_step(source, output, binding_includes, torch_section.cxx_flags, [], plan.capabilities)
+        if step is not None:
+            compiles.append(step)
     # The build's own module: a few lines, compiled every time (not cached: its path is the stage's).
     argv = cxx_compile(
         plan.cxx,
         module_source,
         work / "obj" / "module.cpp.o",
         includes=[plan.torch.python_include],
-        defines=[limited_api],
+        defines=[f"Py_LIMITED_API={PY_LIMITED_API}"],
         flags=[],
     )
     compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
@@ -254,6 +308,42 @@ def build_steps(
         so_path,
     )
     return compiles, link
+
+
+# Where a kernel's C++ dependencies' headers are found: <dir>/<dependency>/include
+# (kernel-matrix downloads no sources; CUTLASS is headers only).
+DEPS_DIR_ENV = "KERNEL_MATRIX_DEPS_DIR"
+# What each dependency is, for the message that asks for it (kernels-data's deps.rs, nix-builder's versions).
+DEPENDENCY_SOURCES = {
+    "cutlass_2_10": "CUTLASS 2.10.0",
+    "cutlass_3_5": "CUTLASS 3.5.1",
+    "cutlass_3_6": "CUTLASS 3.6.0",
+    "cutlass_3_8": "CUTLASS 3.8.0",
+    "cutlass_3_9": "CUTLASS 3.9.2",
+    "cutlass_4_0": "CUTLASS 4.0.0",
+    "cutlass_4_4": "CUTLASS 4.4.2",
+    "cutlass_4_5": "CUTLASS 4.5.2",
+}
+
+
+def dependency_includes(kernel_dir: Path, section: str, depends: list[str]) -> list[Path]:
+    """The include dirs of a section's `depends` (torch's are always there)."""
+    found = []
+    for dependency in depends:
+        if dependency == "torch":
+            continue
+        root = os.environ.get(DEPS_DIR_ENV)
+        include = Path(root) / dependency / "include" if root else None
+        if include is None or not include.is_dir():
+            what = DEPENDENCY_SOURCES.get(dependency, dependency)
+            raise ToolchainError(
+                f"{kernel_dir / 'build.toml'}: [kernel.{section}] depends on {dependency} ({what} headers), which "
+                f"kernel-matrix does not download: put them in $"
+                + f"{DEPS_DIR_ENV}/{dependency}/include"
+                + (f" ({include} is not a folder)" if include else f" and set {DEPS_DIR_ENV}")
+            )
+        found.append(include)
+    return found
 
 
 @dataclass(frozen=True)
@@ -315,6 +405,57 @@ def build_variant(
             backend=plan.backend,
             archs=plan.capabilities if plan.backend == "cuda" else None,
             kernel_git=git_state(plan.kernel_dir),
-            python_depends=[],
+            python_depends=python_depends(plan.config, plan.backend),
+            upstream=general.upstream,
         )
     return BuildResult(final, compiled=counts[False], cached=counts[True])
+
+
+def python_depends(config: BuildConfig, backend: str) -> list[str]:
+    """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order)."""
+    general = config.general
+    backend_table = {"cuda": general.cuda, "xpu": general.xpu, "tpu": general.tpu, "neuron": general.neuron}.get(
+        backend
+    )
+    return [*(general.python_depends or []), *((backend_table.python_depends if backend_table else None) or [])]
+
+
+def build_noarch(kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None) -> list[Path]:
+    """A Python-only kernel ([torch-noarch]): one variant per backend, torch-<backend>/,
+    holding its package, _ops.py and metadata.json; nothing is compiled."""
+    kernel_dir = kernel_dir.resolve()
+    config = load_build_toml(kernel_dir)
+    general, noarch = config.general, config.torch_noarch
+    assert noarch is not None
+    package = kernel_dir / "torch-ext" / general.python_name
+    files = package_files(package, kernel_dir)
+    for backend in backends or []:
+        if backend not in general.backends:
+            raise ConfigError(
+                f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends {general.backends}"
+            )
+    digest = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    for path in files:
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    made = []
+    for backend in backends or general.backends:
+        module = f"_{general.python_name}_{backend}_{digest.hexdigest()[:7]}"
+        archs = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
+        with staged(out_dir.resolve() / f"torch-{backend}") as stage:
+            write_python_package(
+                stage, package, name=general.python_name, module=module, kernel_dir=kernel_dir, noarch=True
+            )
+            write_metadata(
+                stage,
+                name=general.name,
+                module=module,
+                version=general.version,
+                license=general.license,
+                backend=backend,
+                archs=archs,
+                kernel_git=git_state(kernel_dir),
+                python_depends=python_depends(config, backend),
+                upstream=general.upstream,
+            )
+        made.append(out_dir.resolve() / f"torch-{backend}")
+    return made

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .errors import ConfigError, TestFailure
@@ -43,15 +45,59 @@ def run_installed_tests(
 
 
 def run_kernel_tests(
-    variant_dir: Path, tests_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
-) -> None:
-    """Run tests_dir with pytest in a fresh interpreter; raise TestFailure if it fails."""
-    _run_pytest({VARIANT_ENV: str(variant_dir)}, variant_dir.name, tests_dir, python=python, pytest_args=pytest_args)
+    variant_dir: Path, kernel_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
+) -> str:
+    """Run the kernel's own tests/ against a built variant, unmodified, as
+    kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
+    their `kernels.get_kernel("<repo-id>", version=N)` load this build, and the
+    variant folder is importable by the package's name (`import relu`). Where
+    the kernel marks CI tests (`kernels_ci`), only those run, and none collected
+    is a pass, as upstream. Returns what ran; raises TestFailure if it failed."""
+    from .buildtoml import load_build_toml
+
+    tests = kernel_dir / "tests"
+    if not tests.is_dir():
+        return f"{kernel_dir.name} has no tests/: nothing to run"
+    config = load_build_toml(kernel_dir)
+    repo_id = config.general.hub.repo_id or f"kernels-community/{config.general.name}"
+    marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
+    env = {
+        VARIANT_ENV: str(variant_dir),
+        "LOCAL_KERNELS": f"{repo_id}={variant_dir}",
+        # The kernel's tests folder is read, never written (it may be someone else's checkout).
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if (variant_dir / config.general.python_name / "__init__.py").is_file():  # the compat folder
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(variant_dir), os.environ.get("PYTHONPATH")]))
+    args = [*(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []), *pytest_args]
+    # A copy of tests/ in a folder of its own: the kernel's sources (a `relu/` source
+    # folder beside tests/) can never shadow the variant under test.
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
+        copy = Path(scratch) / "tests"
+        shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
+        # Run from the copy's parent, as from a kernel's root: `python -m pytest` puts the
+        # working folder on sys.path, where activation's tests/kernels/ would shadow `kernels`.
+        code = _run_pytest(
+            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=marked, cwd=Path(scratch)
+        )
+    selection = "the kernels_ci tests" if marked else "all tests"
+    return f"{selection} of {kernel_dir.name}" + (" (none collected)" if code == NO_TESTS_COLLECTED else "")
+
+
+# pytest's exit code when it collected nothing.
+NO_TESTS_COLLECTED = 5
 
 
 def _run_pytest(
-    selection: dict[str, str], name: str, tests_dir: Path, *, python: str | None, pytest_args: list[str]
-) -> None:
+    selection: dict[str, str],
+    name: str,
+    tests_dir: Path,
+    *,
+    python: str | None,
+    pytest_args: list[str],
+    allow_empty: bool = False,
+    cwd: Path | None = None,
+) -> int:
     env = {**{k: v for k, v in os.environ.items() if k not in (VARIANT_ENV, INSTALLED_ENV)}, **selection}
     if python and os.sep in python:
         python = str(Path(python).absolute())  # the tests run in another folder
@@ -62,13 +108,15 @@ def _run_pytest(
         str(tests_dir.resolve()),
         "-p",
         "no:cacheprovider",
-        f"--rootdir={tests_dir.resolve()}",
+        f"--rootdir={(cwd or tests_dir).resolve()}",
         *pytest_args,
     ]
-    # cwd is the tests folder: nothing of the service or the kernel's sources is importable.
+    # cwd is the tests folder (or a scratch copy's parent): nothing of the service or
+    # the kernel's sources is importable.
     try:
-        code = subprocess.run(argv, cwd=tests_dir, env=env, check=False).returncode
+        code = subprocess.run(argv, cwd=cwd or tests_dir, env=env, check=False).returncode
     except OSError as exc:
         raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
-    if code != 0:
+    if code != 0 and not (allow_empty and code == NO_TESTS_COLLECTED):
         raise TestFailure(f"the test suite of {name} failed (pytest exit {code})")
+    return code

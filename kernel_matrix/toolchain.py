@@ -57,6 +57,13 @@ class TorchInstall:
         return self.torch_dir / "lib"
 
     @property
+    def cuda_library_include_dirs(self) -> list[Path]:
+        """The headers of the CUDA libraries torch's wheel depends on (cuSPARSE,
+        cuBLAS, cuSOLVER, cuRAND: ATen/cuda/CUDAContext.h includes them), from
+        the nvidia-* wheels beside it (nvidia/cu13/include, nvidia/<lib>/include)."""
+        return sorted(p for p in (self.torch_dir.parent / "nvidia").glob("*/include") if p.is_dir())
+
+    @property
     def parallel_openmp(self) -> bool:
         """Whether torch's intra-op parallelism (at::parallel_for) is OpenMP."""
         config = self.torch_dir / "include" / "ATen" / "Config.h"

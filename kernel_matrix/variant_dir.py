@@ -59,16 +59,24 @@ def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file())
 
 
-def write_python_package(variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path) -> None:
-    """Copy the kernel's Python package and generate _ops.py and the compat folder."""
+def write_python_package(
+    variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path, noarch: bool = False
+) -> None:
+    """Copy the kernel's Python package whole (subpackages and data files too)
+    and generate _ops.py (noarch: no extension module to import) and the compat folder."""
     for source in package_files(package_src, kernel_dir):
         target = variant_dir / source.relative_to(package_src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (variant_dir / "_ops.py").write_text(render_template("_ops.py.in", module=module))
-    compat = variant_dir / name
-    compat.mkdir(exist_ok=True)
-    (compat / "__init__.py").write_text(render_template("compat__init__.py.in", module=module, name=name))
+    (variant_dir / "_ops.py").write_text(
+        render_template("_ops_noarch.py.in" if noarch else "_ops.py.in", module=module)
+    )
+    # Not where the package has a module of that name itself (einops/einops.py):
+    # a folder would shadow it.
+    if not (variant_dir / name).exists() and not (variant_dir / f"{name}.py").exists():
+        compat = variant_dir / name
+        compat.mkdir()
+        (compat / "__init__.py").write_text(render_template("compat__init__.py.in", module=module, name=name))
 
 
 def digest_files(variant_dir: Path) -> dict[str, str]:
@@ -99,12 +107,14 @@ def write_metadata(
     archs: list[str] | None,
     kernel_git: GitState | None,
     python_depends: list[str],
+    upstream: str | None = None,
 ) -> dict:
     metadata = {
         "name": name,
         "id": module,
         "version": version,
         "license": license,
+        **({"upstream": upstream} if upstream else {}),
         "python-depends": python_depends,
         "backend": {"type": backend, **({"archs": archs} if archs is not None else {})},
         "digest": {"algorithm": "sha256", "files": digest_files(variant_dir)},

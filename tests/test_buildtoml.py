@@ -13,8 +13,11 @@ def test_the_kernel_build_toml_parses():
     assert config.general.name == "img2gray" and config.general.version == 1 and config.general.edition == 5
     assert config.general.hub.repo_id and set(config.general.backends) == {"cpu", "cuda"}
     assert {k.backend for k in config.kernel.values()} == {"cpu", "cuda"}
-    assert set(config.kernels_for("cuda")) == set(config.kernel)  # CPU kernels ride along
-    assert set(config.kernels_for("cpu")) == {n for n, k in config.kernel.items() if k.backend == "cpu"}
+    # A variant compiles its backend's sections only, as kernel-builder does.
+    for backend in ("cpu", "cuda"):
+        assert set(config.kernels_for(backend)) == {n for n, k in config.kernel.items() if k.backend == backend}
+    # The CUDA variant serves CPU tensors: its section lists the CPU sources too.
+    assert "csrc/img2gray_cpu.cpp" in config.kernel["img2gray_cuda"].src
 
 
 def _edit(kernel_copy, old: str, new: str) -> None:
@@ -60,7 +63,7 @@ def test_bad_build_toml_is_one_clear_line(kernel_copy, tmp_path, case):
     assert "\n" not in text and message in text
     line = _line_of(kernel_copy, line_marker)
     if case[0] == "missing source":
-        line = _line_of(kernel_copy, "[kernel.img2gray_cpu]") + 3  # its `src = [` line
+        line = _line_of(kernel_copy, "[kernel.img2gray_cuda]") + 3  # its `src = [` line
     assert text.startswith(f"{kernel_copy / 'build.toml'}:{line}:"), text
 
 
@@ -89,3 +92,90 @@ def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, t
     assert result.returncode in (2, 4), result.stderr
     if result.returncode == 2:
         assert "none of cuda-capabilities ['6.0', '6.1'] can be built with CUDA" in result.stderr
+
+
+EDITION_CASES = [
+    ("edition 3", "edition = 5", "edition = 3", "edition = 3", "migrate it with `kernel-builder update-build`"),
+    ("edition 6", "edition = 5", "edition = 6", "edition = 6", "general.edition = 6 is not supported"),
+    (
+        "edition 4 with an edition 5 key",
+        "edition = 5\n",
+        "kernel-depends = [{ repo-id = 'a/b', version = 1 }]\n",
+        "kernel-depends",
+        "'general.kernel-depends' needs edition 5",
+    ),
+    (
+        "no backends",
+        'edition = 5\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda"]',
+        'license = "Apache-2.0"',
+        "[general]",
+        "edition 3 or older (no general.backends)",
+    ),
+    (
+        "a typo",
+        "cuda-capabilities = [",
+        "cuda-capabilites = [",
+        "cuda-capabilites",
+        "unknown key 'kernel.img2gray_cuda.cuda-capabilites'; did you mean 'cuda-capabilities'?",
+    ),
+    (
+        "another backend's key",
+        "cuda-capabilities = [",
+        "rocm-archs = [",
+        "rocm-archs",
+        "unknown key 'kernel.img2gray_cuda.rocm-archs'",
+    ),
+    (
+        "depends is required",
+        'depends = []\nsrc = [\n  "csrc/img2gray_cuda.cu"',
+        'src = [\n  "csrc/img2gray_cuda.cu"',
+        "[kernel.img2gray_cuda]",
+        "missing required key 'kernel.img2gray_cuda.depends'",
+    ),
+    (
+        "unknown dependency",
+        "depends = []",
+        'depends = ["cutlass_9_9"]',
+        "cutlass_9_9",
+        "kernel.img2gray_cuda.depends.0",
+    ),
+    ("tvm-ffi", "[torch]\n", "[tvm-ffi]\n", "[tvm-ffi]", "[tvm-ffi] kernels are not built by kernel-matrix"),
+    (
+        "two frameworks",
+        "[torch]\n",
+        "[torch-noarch]\n[torch]\n",
+        "[torch-noarch]",
+        "exactly one of [torch], [torch-noarch]",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EDITION_CASES, ids=[c[0] for c in EDITION_CASES])
+def test_editions_frameworks_and_keys_as_kernel_builder_reads_them(kernel_copy, case):
+    _, old, new, line_marker, message = case
+    _edit(kernel_copy, old, new)
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    text = str(raised.value)
+    assert "\n" not in text and message in text, text
+    assert text.startswith(f"{kernel_copy / 'build.toml'}:{_line_of(kernel_copy, line_marker)}:"), text
+
+
+def test_edition_4_is_read_and_upgraded_in_memory(kernel_copy):
+    _edit(kernel_copy, "edition = 5\n", "")
+    _edit(kernel_copy, "[torch]\n", '[torch]\nstable-abi = "2.10"\n')
+    config = load_build_toml(kernel_copy)
+    assert config.general.edition is None
+    assert config.torch.stable_abi_for("cuda") == config.torch.stable_abi_for("cpu") == "2.10"
+
+
+def test_sections_of_other_backends_are_read_and_skipped(kernel_copy):
+    _edit(
+        kernel_copy,
+        "[kernel.img2gray_cpu]",
+        '[kernel.gray_rocm]\nbackend = "rocm"\ndepends = []\n'
+        'src = ["csrc/img2gray_cuda.cu"]\nrocm-archs = ["gfx942"]\nhip-flags = ["-O3"]\n\n[kernel.img2gray_cpu]',
+    )
+    config = load_build_toml(kernel_copy)
+    assert config.skipped_sections() == ["gray_rocm"] and config.kernel["gray_rocm"].rocm_archs == ["gfx942"]
+    assert "gray_rocm" not in config.kernels_for("cuda")

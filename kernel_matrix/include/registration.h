@@ -42,3 +42,22 @@ extern "C" const char km_op_namespace[];
 
 // The module's PyInit_ function is in module.cpp, where its name is known.
 #define REGISTER_EXTENSION(NAME)
+
+// The stable-ABI counterparts (torch/csrc/stable/library.h, torch >= 2.10), for
+// kernels whose [torch] stable-abi targets a torch version.
+#define STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE)                                              \
+  static void km_stable_library_init(torch::stable::detail::StableLibrary&);                   \
+  static const torch::stable::detail::StableTorchLibraryInit km_stable_library_static_init(    \
+      torch::stable::detail::StableLibrary::Kind::DEF, &km_stable_library_init, km_op_namespace, \
+      nullptr, __FILE__, __LINE__);                                                            \
+  void km_stable_library_init(torch::stable::detail::StableLibrary& MODULE)
+
+#define STABLE_TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) _KM_STABLE_LIBRARY_IMPL(DEVICE, MODULE, C10_UID)
+#define _KM_STABLE_LIBRARY_IMPL(DEVICE, MODULE, UID)                                              \
+  static void KM_CONCAT(km_stable_impl_init_##DEVICE##_, UID)(torch::stable::detail::StableLibrary&); \
+  static const torch::stable::detail::StableTorchLibraryInit KM_CONCAT(                           \
+      km_stable_impl_static_init_##DEVICE##_, UID)(                                               \
+      torch::stable::detail::StableLibrary::Kind::IMPL,                                           \
+      &KM_CONCAT(km_stable_impl_init_##DEVICE##_, UID), km_op_namespace, #DEVICE, __FILE__,       \
+      __LINE__);                                                                                  \
+  void KM_CONCAT(km_stable_impl_init_##DEVICE##_, UID)(torch::stable::detail::StableLibrary & MODULE)
