@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import ExitCode, KernelMatrixError
+from .variants import ImageKind
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -176,11 +177,15 @@ def build(
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: Annotated[
-        str | None, typer.Option(help="Builder base for container builds: offline or official (default: the matrix's).")
+        ImageKind | None,
+        typer.Option(help="Builder base for container builds (default: the matrix's; offline for --profile local)."),
     ] = None,
     cuda_capabilities: Annotated[
         str | None,
-        typer.Option(help="Native builds: comma-separated list replacing the CUDA version's default capabilities."),
+        typer.Option(
+            help="Comma-separated list replacing the CUDA version's default capabilities (native builds) or the "
+            "cells' (container builds), e.g. 9.0 for a quick build."
+        ),
     ] = None,
     cache_dir: Annotated[
         Path | None,
@@ -199,15 +204,22 @@ def build(
     if profile or only or variant:
         from .errors import ConfigError
 
-        if python or backend or cuda_capabilities:
+        if python or backend:
             raise ConfigError(
-                "--python, --backend and --cuda-capabilities are for native builds; a container build takes "
-                "them from the cell"
+                "--python and --backend are for native builds; a container build takes them from the cell"
             )
-        if image not in (None, "offline", "official"):
-            raise ConfigError(f"--image {image}: expected offline or official")
         _build_in_containers(
-            kernel_dir, build_dir, file, profile or "full", only, variant or [], image, jobs, cache_dir, no_cache
+            kernel_dir,
+            build_dir,
+            file,
+            profile or "full",
+            only,
+            variant or [],
+            image,
+            jobs,
+            cache_dir,
+            no_cache,
+            cuda_capabilities.split(",") if cuda_capabilities else None,
         )
         return
     kernel_dir = kernel_dir or Path("kernel")
@@ -275,22 +287,41 @@ def _write_build_stats(build_dir: Path, variant: str, seconds: float, result) ->
 def _image_kind(image: str | None, profile: str | None, matrix) -> str:
     """--image, else the matrix's; the local profile is what this host builds, where
     no registry is assumed, so its builders stand on the offline base."""
-    return image or ("offline" if profile == "local" else matrix.spec.image)
+    return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
 
 
 def _build_in_containers(
-    kernel_dir, build_dir, file, profile, only, variants, image, jobs, cache_dir, no_cache
+    kernel_dir, build_dir, file, profile, only, variants, image, jobs, cache_dir, no_cache, capabilities
 ) -> None:
+    import dataclasses
     import os
 
+    from .buildtoml import load_build_toml
     from .container_build import SUMMARY_COLUMNS, build_cells, summary_markdown, summary_rows
     from .engine import connect
-    from .errors import BuildError
+    from .errors import BuildError, NothingToDoError
     from .matrix import load_matrix, select
+    from .native_build import build_noarch
     from .progress import live_progress
 
     matrix = load_matrix(file)
     cells = select(matrix, profile=profile, only=only, variants=variants)
+    kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
+    config = load_build_toml(kernel_dir)
+    if config.noarch:  # Python only: no torch, no compiler, so no container; one variant per backend
+        _make_build_dir(build_dir)
+        for made in build_noarch(kernel_dir, build_dir):
+            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        return
+    # The cells of the backends this kernel declares (a CPU-only kernel has no CUDA cells).
+    cells = [c for c in cells if c.variant.backend in config.general.backends]
+    if not cells:
+        raise NothingToDoError(
+            f"{kernel_dir / 'build.toml'}: the selection has no cell of the kernel's backends "
+            f"{', '.join(config.general.backends)}"
+        )
+    if capabilities:
+        cells = [dataclasses.replace(c, capabilities=tuple(capabilities)) if c.variant.cuda else c for c in cells]
     client = connect()
     image_kind = _image_kind(image, profile, matrix)
     _make_build_dir(build_dir)
@@ -298,7 +329,7 @@ def _build_in_containers(
         results = build_cells(
             client,
             cells,
-            kernel_dir=_matrix_kernel_dir(kernel_dir, matrix),
+            kernel_dir=kernel_dir,
             build_dir=build_dir,
             image_kind=image_kind,
             jobs=jobs,
@@ -336,7 +367,7 @@ def wheels(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
     ] = None,
-    image: Annotated[str | None, typer.Option(help="offline or official (default: as for build).")] = None,
+    image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: as for build).")] = None,
 ) -> None:
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image."""
     from docker.errors import DockerException
@@ -392,7 +423,7 @@ def shell(
     command: Annotated[list[str] | None, typer.Argument(help="A command to run instead of bash (after --).")] = None,
     kernel_dir: MatrixKernelDir = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    image: Annotated[str | None, typer.Option(help="offline or official (default: the matrix's).")] = None,
+    image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: the matrix's).")] = None,
 ) -> None:
     """A shell in a cell's builder image with the kernel mounted read-write at /src (network off)."""
     import subprocess
@@ -404,7 +435,9 @@ def shell(
 
     matrix = load_matrix(file)
     (cell,) = select(matrix, variants=[variant])
-    builder = builder_for(connect(), cell, image or matrix.spec.image, PipSetup.from_host(), log=console.print)
+    builder = builder_for(
+        connect(), cell, image.value if image else matrix.spec.image, PipSetup.from_host(), log=console.print
+    )
     argv = shell_command(
         cell, builder, _matrix_kernel_dir(kernel_dir, matrix), command or [], interactive=sys.stdin.isatty()
     )

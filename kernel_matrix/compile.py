@@ -37,7 +37,14 @@ class Step:
 
 
 def cxx_compile(
-    cxx: str, source: Path, output: Path, *, includes: list[Path], defines: list[str], flags: list[str]
+    cxx: str,
+    source: Path,
+    output: Path,
+    *,
+    includes: list[Path],
+    defines: list[str],
+    flags: list[str],
+    pre_include: Path | None = None,
 ) -> list[str]:
     return [
         cxx,
@@ -46,6 +53,7 @@ def cxx_compile(
         "-fPIC",
         "-fvisibility=hidden",
         *flags,
+        *(["-include", str(pre_include)] if pre_include else []),
         *(f"-D{d}" for d in defines),
         *(f"-I{i}" for i in includes),
         "-c",
@@ -65,6 +73,7 @@ def nvcc_compile(
     gencode: list[str],
     flags: list[str],
     defines: list[str] = (),
+    pre_include: Path | None = None,
 ) -> list[str]:
     return [
         str(nvcc),
@@ -74,6 +83,7 @@ def nvcc_compile(
         "-Xcompiler=-fPIC,-fvisibility=hidden",
         *gencode,
         *flags,
+        *(["--pre-include", str(pre_include)] if pre_include else []),
         *(f"-D{d}" for d in defines),
         *(f"-I{i}" for i in includes),
         "-c",

@@ -30,6 +30,8 @@ _CUDA_SUFFIXES = {".cu"}
 # First on every include path: headers that keep newer glibc symbols out of the
 # .so, so that it passes manylinux_2_28 when built on a newer system (see inside).
 COMPAT_INCLUDE = Path(__file__).resolve().parent / "compat" / "glibc-2.28"
+# ...and included before every source: symbol versions older glibcs have (see inside).
+COMPAT_SYMBOLS = COMPAT_INCLUDE / "kernel_matrix_symbols.h"
 # registration.h: the macros a kernel-builder binding uses (TORCH_LIBRARY_EXPAND...).
 REGISTRATION_INCLUDE = Path(__file__).resolve().parent / "include"
 
@@ -243,12 +245,21 @@ def build_steps(
                 # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
                 # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
                 flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
+                pre_include=COMPAT_SYMBOLS,
             )
             return Step(
                 f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(str(plan.nvcc.path), plan.cxx)
             )
         if source.suffix in _CXX_SUFFIXES:
-            argv = cxx_compile(plan.cxx, source, output, includes=includes, defines=defines, flags=[*openmp, *flags])
+            argv = cxx_compile(
+                plan.cxx,
+                source,
+                output,
+                includes=includes,
+                defines=defines,
+                flags=[*openmp, *flags],
+                pre_include=COMPAT_SYMBOLS,
+            )
             return Step(f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(plan.cxx,))
         return None  # headers, and sources of other languages
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from enum import Enum
 
 from packaging.version import Version
 
@@ -52,3 +53,11 @@ def torch_minor(version: str) -> str:
     """'2.14.1+cu130' -> '2.14'."""
     release = Version(version).release
     return f"{release[0]}.{release[1]}"
+
+
+class ImageKind(str, Enum):
+    """Builder images: on the official CUDA images (hosts with a registry), or on a
+    Debian root filesystem made here (debootstrap; hosts without one)."""
+
+    OFFICIAL = "official"
+    OFFLINE = "offline"

@@ -141,7 +141,8 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
             raise ToolchainError(f"kernel-matrix wheels needs {tool} (pip install {tool}; Python 3.11+)")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{cell.name}.wheel-", dir=out_dir) as scratch:
-        project, made = Path(scratch) / "project", Path(scratch) / "wheelhouse"
+        # Absolute: cibuildwheel runs in the project folder (a relative --build-dir broke it).
+        project, made = Path(scratch).resolve() / "project", Path(scratch).resolve() / "wheelhouse"
         write_project(variant_dir, project, spec, cell.name)
         # Only our settings: CIBW_* variables of the caller's environment could add
         # commands, pass variables into the container or change the image.

@@ -45,3 +45,14 @@ def test_test_with_a_python_that_does_not_exist_is_one_line(built, tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"error: --python {REPO / 'no-such-venv/bin/python'}: cannot run it: No such file or directory"
     ]
+
+
+@pytest.mark.parametrize(
+    "command", [["build", "--variant", "torch214-cxx11-cpu-x86_64-linux"], ["wheels"], ["shell", "x"]]
+)
+def test_a_misspelt_image_kind_is_refused_naming_the_choices(command):
+    # It used to build with the offline image: anything but "official" was taken as offline.
+    result = kernel_matrix(*command, "--image", "oficial")
+    assert result.returncode == ExitCode.CONFIG
+    (line,) = result.stderr.strip().splitlines()
+    assert "'oficial' is not one of 'official', 'offline'" in line
