@@ -32,6 +32,10 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
         if same_major:
             best = max(same_major, key=capability_order)
             chosen.add(best if _base(best) != Version(target) or best[-1:] not in "af" else best)
+    # Never below what this CUDA version compiles: kernel-builder would pick 7.0 for a
+    # 7.5 target, which nvcc 13 cannot build.
+    lowest = min((Version(t) for t in defaults), default=None)
+    chosen = {c for c in chosen if lowest is None or _base(c) >= lowest}
     # Architecture-specific capabilities (9.0a, 10.0f) replace their plain target.
     for capability in requested:
         if capability[-1:] in ("a", "f") and _base(capability) in {Version(t) for t in defaults}:

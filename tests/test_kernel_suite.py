@@ -1,6 +1,8 @@
 """The kernel's own test suite, run by `kernel-matrix test` against each built
 variant: loaded by the real `kernels` loader in a fresh process."""
 
+import shutil
+
 import pytest
 from conftest import kernel_matrix
 
@@ -21,12 +23,13 @@ def test_kernel_suite_passes_against_the_built_variant(built, backend):
     assert "test_every_rgb_triple_matches_the_reference_bit_for_bit[cpu] SKIPPED" not in result.stdout
 
 
-def test_a_failing_suite_is_reported_with_its_exit_code(built, tmp_path):
+def test_a_failing_suite_is_reported_with_its_exit_code(built, kernel_copy):
     variant = next(iter(built.values()))
-    tests = tmp_path / "tests"
+    tests = kernel_copy / "tests"
+    shutil.rmtree(tests)
     tests.mkdir()
     (tests / "test_fails.py").write_text("def test_fails():\n    assert False\n")
-    result = kernel_matrix("test", str(variant), "--kernel-dir", str(tmp_path))
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy))
     assert result.returncode == 6
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: the test suite of {variant.name} failed")
 
