@@ -44,6 +44,8 @@ Dependency = Literal[
 ]
 # A version in build.toml is a string of dot-separated numbers ("2.10").
 Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
+# A CUDA capability: 9.0, or architecture-specific 9.0a / 10.0f.
+Capability = Annotated[str, Field(pattern=r"^\d+\.\d+[af]?$")]
 
 
 class Hub(Section):
@@ -123,7 +125,7 @@ class TorchNoarch(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     pyext: list[str] = []
-    cuda_capabilities: list[str] | None = None
+    cuda_capabilities: list[Capability] | None = None
     rocm_archs: list[str] | None = None
 
 
@@ -147,7 +149,7 @@ class CpuKernel(_KernelSection):
 
 class CudaKernel(_KernelSection):
     backend: Literal["cuda"]
-    cuda_capabilities: list[str] | None = None
+    cuda_capabilities: list[Capability] | None = None
     cuda_flags: list[str] = []
     cuda_minver: Version | None = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from packaging.version import Version
 
 from . import data
@@ -30,18 +32,22 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
     for target in defaults:
         same_major = [c for c in requested if _base(c).major == Version(target).major and _base(c) <= Version(target)]
         if same_major:
-            best = max(same_major, key=capability_order)
-            chosen.add(best if _base(best) != Version(target) or best[-1:] not in "af" else best)
-    # Never below what this CUDA version compiles: kernel-builder would pick 7.0 for a
-    # 7.5 target, which nvcc 13 cannot build.
-    lowest = min((Version(t) for t in defaults), default=None)
-    chosen = {c for c in chosen if lowest is None or _base(c) >= lowest}
+            chosen.add(max(same_major, key=capability_order))
+    # Never below what this CUDA version's nvcc compiles: kernel-builder would pick 7.0
+    # for a 7.5 target, which nvcc 13 cannot build.
+    toolkit = data.load("cuda_toolkits").get(cuda_version)
+    if toolkit:
+        chosen = {c for c in chosen if _base(c) >= Version(toolkit["min_capability"])}
     # Architecture-specific capabilities (9.0a, 10.0f) replace their plain target.
     for capability in requested:
         if capability[-1:] in ("a", "f") and _base(capability) in {Version(t) for t in defaults}:
             chosen.discard(str(_base(capability)))
             chosen.add(capability)
     return sorted(chosen, key=capability_order)
+
+
+# A CUDA capability as build.toml and --cuda-capabilities write it: 9.0, 9.0a, 10.0f.
+CAPABILITY = re.compile(r"^\d+\.\d+[af]?$")
 
 
 def _base(capability: str) -> Version:

@@ -48,6 +48,17 @@ def _check_build_dir(path: Path) -> Path:
     return path
 
 
+def _check_capabilities(value: str | None) -> str | None:
+    """--cuda-capabilities: a comma-separated list of capabilities (9.0, 9.0a)."""
+    from .capabilities import CAPABILITY
+
+    if value is not None and not all(CAPABILITY.match(c) for c in value.split(",")):
+        raise typer.BadParameter(
+            f"{value!r}: expected capabilities such as 8.0,9.0 or 9.0a", param_hint="--cuda-capabilities"
+        )
+    return value
+
+
 def _make_build_dir(path: Path) -> None:
     from .errors import ConfigError
 
@@ -101,7 +112,7 @@ def matrix(
     import json
 
     from .github_event import GithubEvent
-    from .matrix import check_runners, github_matrix, gpu_test_cells, load_matrix, select
+    from .matrix import cells_for_kernel, check_runners, github_matrix, gpu_test_cells, load_matrix, select
 
     loaded = load_matrix(file)
     for warning in loaded.warnings:
@@ -112,6 +123,16 @@ def matrix(
         run_check(loaded, console)
         return
     cells = select(loaded, profile=profile, only=only, variants=variant or [])
+    kernel_toml = loaded.path.parent / loaded.spec.kernel / "build.toml"
+    if kernel_toml.is_file():  # the cells the matrix's kernel declares (its backends, its torch range)
+        from .buildtoml import load_build_toml
+        from .errors import NothingToDoError
+
+        config = load_build_toml(kernel_toml.parent)
+        if not config.noarch:  # (a Python-only kernel's torch-<backend> cells: not in the matrix yet)
+            cells = cells_for_kernel(cells, config)
+            if not cells:
+                raise NothingToDoError(f"{kernel_toml}: the selection has no cell of the kernel's backends")
     event = GithubEvent.from_environment()
     check_runners(loaded, cells, event)
     if as_json:
@@ -184,7 +205,8 @@ def build(
         str | None,
         typer.Option(
             help="Comma-separated list replacing the CUDA version's default capabilities (native builds) or the "
-            "cells' (container builds), e.g. 9.0 for a quick build."
+            "cells' (container builds), e.g. 9.0 for a quick build.",
+            callback=_check_capabilities,
         ),
     ] = None,
     cache_dir: Annotated[
@@ -300,7 +322,7 @@ def _build_in_containers(
     from .container_build import SUMMARY_COLUMNS, build_cells, summary_markdown, summary_rows
     from .engine import connect
     from .errors import BuildError, NothingToDoError
-    from .matrix import load_matrix, select
+    from .matrix import cells_for_kernel, load_matrix, select
     from .native_build import build_noarch
     from .progress import live_progress
 
@@ -313,8 +335,8 @@ def _build_in_containers(
         for made in build_noarch(kernel_dir, build_dir):
             console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
         return
-    # The cells of the backends this kernel declares (a CPU-only kernel has no CUDA cells).
-    cells = [c for c in cells if c.variant.backend in config.general.backends]
+    # The cells this kernel declares (a CPU-only kernel has no CUDA cells).
+    cells = cells_for_kernel(cells, config)
     if not cells:
         raise NothingToDoError(
             f"{kernel_dir / 'build.toml'}: the selection has no cell of the kernel's backends "
@@ -377,12 +399,13 @@ def wheels(
     from .engine import connect
     from .errors import BuildError, KernelMatrixError
     from .images import PipSetup
-    from .matrix import load_matrix, select
+    from .matrix import cells_for_kernel, load_matrix, select
     from .wheels import build_wheel, wheel_spec
 
     matrix = load_matrix(file)
     selected = profile or only or variant
     cells = select(matrix, profile=profile or "full", only=only, variants=variant or [])
+    cells = cells_for_kernel(cells, load_build_toml(_matrix_kernel_dir(kernel_dir, matrix)))
     if not selected:  # every cell of the matrix that is built
         cells = [c for c in cells if (build_dir / c.name / "metadata.json").is_file()]
         if not cells:
@@ -564,7 +587,7 @@ def publish(
     from .buildtoml import load_build_toml
     from .errors import ConfigError
     from .kernel_card import kernel_card
-    from .matrix import load_matrix, select
+    from .matrix import cells_for_kernel, load_matrix, select
     from .release import prepare_release
 
     matrix = load_matrix(file)
@@ -582,7 +605,7 @@ def publish(
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
-    expected = [c.name for c in select(matrix, profile=profile)]
+    expected = [c.name for c in cells_for_kernel(select(matrix, profile=profile), config)]
     release = prepare_release(
         config, build_dir, expected, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
     )

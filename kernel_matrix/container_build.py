@@ -100,7 +100,7 @@ def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
     parts = [
         cell.to_json(),
         image_id,
-        _file_digests(kernel_dir, skip=("tests", "benchmarks")),
+        _file_digests(kernel_dir, skip=("tests", "benchmarks", ".git", "build")),
         _file_digests(PACKAGE_DIR),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -346,7 +346,8 @@ def build_cell(
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
         # The container is gone: check what it left before reading any of it.
         check_tree(Path(private), owner=(os.getuid(), os.getgid()))
-        for inner_log in (Path(private) / "logs").glob("*"):  # compile logs, build statistics
+        # This cell's compile logs and build statistics: never another cell's files.
+        for inner_log in (Path(private) / "logs").glob(f"{cell.name}.*"):
             if inner_log.is_file():
                 copy_regular(inner_log, logs / inner_log.name)
         stats_file = logs / f"{cell.name}.build.json"
@@ -366,7 +367,8 @@ def build_cell(
         final = build_dir / cell.name
         replace_dir(Path(private) / cell.name, final)
         if cache_dir is not None:
-            ObjectCache(cache_dir).merge(Path(private) / CACHE_WRITES.removeprefix("/out/"))
+            with contextlib.suppress(OSError):  # a full or read-only cache only costs a later compile
+                ObjectCache(cache_dir).merge(Path(private) / CACHE_WRITES.removeprefix("/out/"))
     return final, stats
 
 

@@ -34,7 +34,11 @@ def check_tree(root: Path, *, owner: tuple[int, int] | None = None) -> None:
     """Refuse anything under root but directories and singly-linked regular files.
     owner (uid, gid): give every entry to it and clear set-id bits (a container
     that ran as another user made them)."""
-    for directory, dirs, files in os.walk(root, followlinks=False):
+
+    def unreadable(error: OSError) -> None:  # a folder it cannot list would go unchecked
+        raise UnsafeOutputError(f"the container's output holds {error.filename}, which cannot be read: refused")
+
+    for directory, dirs, files in os.walk(root, followlinks=False, onerror=unreadable):
         for name in [*dirs, *files]:
             path = Path(directory) / name
             info = os.lstat(path)

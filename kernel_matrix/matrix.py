@@ -14,6 +14,7 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 from . import data
+from .buildtoml import BuildConfig
 from .capabilities import default_capabilities
 from .errors import ConfigError
 from .github_event import GithubEvent, is_github_hosted
@@ -443,6 +444,32 @@ def _apply_only(cells: list[Cell], all_cells: list[Cell], only: str) -> list[Cel
 def _field(cell: Cell, key: str) -> str:
     v = cell.variant
     return {"torch": v.torch, "cuda": v.cuda or "cpu", "arch": v.arch, "backend": v.backend}[key]
+
+
+def cells_for_kernel(cells: list[Cell], config: BuildConfig) -> list[Cell]:
+    """The cells a kernel's build.toml allows: its backends, [torch] minver/maxver and
+    [general.cuda] minver/maxver (a CPU-only kernel has no CUDA cells). A Python-only
+    kernel has none: its torch-<backend> variants are not per torch."""
+    if config.noarch:
+        return []
+    return [c for c in cells if kernel_refuses(config, c.variant.backend, c.variant.torch, c.variant.cuda) is None]
+
+
+def kernel_refuses(config: BuildConfig, backend: str, torch: str, cuda: str | None) -> str | None:
+    """Why build.toml rules out this backend, torch minor and CUDA version (None: it does not)."""
+    if backend not in config.general.backends:
+        return f"backend '{backend}' is not in general.backends {config.general.backends}"
+    limits = [
+        ("torch", torch, config.torch.minver if config.torch else None, config.torch.maxver if config.torch else None)
+    ]
+    if cuda and config.general.cuda:
+        limits.append(("general.cuda", cuda, config.general.cuda.minver, config.general.cuda.maxver))
+    for what, version, low, high in limits:
+        if low and Version(version) < Version(low):
+            return f"{what}.minver is {low}, not {version}"
+        if high and Version(version) > Version(high):
+            return f"{what}.maxver is {high}, not {version}"
+    return None
 
 
 def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None:

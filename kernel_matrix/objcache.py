@@ -104,9 +104,11 @@ class ObjectCache:
             existing = self._entries(key, self.root)
             known = [e.get("inputs") for e in existing]
             new = [e for e in self._entries(key, staged) if self._sound(e) and e["inputs"] not in known]
-            if new:
-                self._write(self._manifest_path(key, self.root), json.dumps((new + existing)[:MAX_ENTRIES]).encode())
-                added += len(new)
+            if new and len(existing) < MAX_ENTRIES:
+                # Existing entries first: a new one never shadows what is there.
+                merged = (existing + new)[:MAX_ENTRIES]
+                added += len(merged) - len(existing)
+                self._write(self._manifest_path(key, self.root), json.dumps(merged).encode())
         return added
 
     def _sound(self, entry: dict) -> bool:

@@ -64,6 +64,8 @@ def run_kernel_tests(
     env = {
         VARIANT_ENV: str(variant_dir),
         "LOCAL_KERNELS": f"{repo_id}={variant_dir}",
+        # Never the Hub's build instead of this one (a test naming another repo id fails, not downloads).
+        "HF_HUB_OFFLINE": "1",
         # The kernel's tests folder is read, never written (it may be someone else's checkout).
         "PYTHONDONTWRITEBYTECODE": "1",
     }

@@ -56,6 +56,12 @@ def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
                     "the package may only hold the kernel's own files"
                 )
         found += [Path(directory) / f for f in files if Path(f).suffix not in _UNHASHED_SUFFIXES]
+    # The package folder itself (or torch-ext/) may be a link: every file must resolve inside.
+    for path in found:
+        if not path.resolve().is_relative_to(root):
+            raise ConfigError(
+                f"{path}: resolves out of {root} (a linked folder): the package may only hold the kernel's own files"
+            )
     return sorted(p for p in found if p.is_file())
 
 

@@ -179,3 +179,39 @@ def test_sections_of_other_backends_are_read_and_skipped(kernel_copy):
     config = load_build_toml(kernel_copy)
     assert config.skipped_sections() == ["gray_rocm"] and config.kernel["gray_rocm"].rocm_archs == ["gfx942"]
     assert "gray_rocm" not in config.kernels_for("cuda")
+
+
+@pytest.mark.parametrize("value", ['"sm_90"', '"9"', '" 9.0"', '"9.0b"'])
+def test_capabilities_are_checked_where_they_are_written(kernel_copy, value):
+    _edit(kernel_copy, 'cuda-capabilities = ["7.5",', f"cuda-capabilities = [{value}, ")
+    with pytest.raises(ConfigError, match=r"kernel.img2gray_cuda.cuda-capabilities.0"):
+        load_build_toml(kernel_copy)
+
+
+@pytest.mark.parametrize("value", ["9.0,", "sm_90", "9", "9.0 "])
+def test_bad_cuda_capabilities_options_are_one_line(value, tmp_path):
+    result = kernel_matrix("build", "--cuda-capabilities", value, "--build-dir", str(tmp_path / "b"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "--cuda-capabilities" in result.stderr and not (tmp_path / "b").exists()
+
+
+def test_a_torch_outside_the_kernels_range_is_refused_and_its_cells_dropped(kernel_copy, tmp_path):
+    from kernel_matrix.matrix import cells_for_kernel, load_matrix, select
+
+    _edit(kernel_copy, "[torch]\n", '[torch]\nminver = "2.13"\nmaxver = "2.13"\n')
+    config = load_build_toml(kernel_copy)
+    cells = cells_for_kernel(select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml")), config)
+    assert cells and {c.variant.torch for c in cells} == {"2.13"}
+    result = kernel_matrix("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b"))
+    assert result.returncode == 4 and result.stderr.count("\n") == 1, result.stderr
+    assert "torch.maxver is 2.13, not 2.14" in result.stderr or "torch.minver is 2.13" in result.stderr
+
+
+def test_a_cpu_only_kernel_has_no_cuda_cells(kernel_copy, tmp_path):
+    _edit(kernel_copy, 'backends = ["cpu", "cuda"]', 'backends = ["cpu"]')
+    (tmp_path / "build_matrix.yaml").write_text((KERNEL_DIR.parent / "build_matrix.yaml").read_text())
+    result = kernel_matrix("matrix", "--json", "-f", str(tmp_path / "build_matrix.yaml"))
+    assert result.returncode == 0, result.stderr
+    import json
+
+    assert {cell["backend"] for cell in json.loads(result.stdout)["include"]} == {"cpu"}

@@ -60,6 +60,18 @@ def test_capabilities_are_intersected_with_the_cuda_defaults():
     assert select_capabilities(["12.0", "10.0", "9.0"], "13.0") == ["9.0", "10.0", "12.0"]  # numeric order
 
 
+def test_capabilities_follow_kernel_builders_loose_intersection():
+    # A requested capability serves every default target of its major above it...
+    assert select_capabilities(["8.0"], "13.0", ["8.6", "9.0"]) == ["8.0"]
+    assert select_capabilities(["8.0", "8.9"], "13.0") == ["8.0", "8.9"]  # 8.6 and 8.7 take 8.0
+    # ...architecture-specific ones replace their target...
+    assert select_capabilities(["8.0", "9.0a"], "12.8") == ["8.0", "9.0a"]
+    assert select_capabilities(["10.0f"], "13.0") == ["10.0f"]
+    # ...and nothing below what the CUDA version's nvcc compiles (13.x: 7.5 and up).
+    assert select_capabilities(["7.0", "8.0"], "13.0") == ["8.0"]
+    assert select_capabilities(["7.0", "8.0"], "12.8") == ["7.0", "8.0"]
+
+
 def test_gencode_embeds_ptx_for_the_highest_capability_only():
     flags = gencode_flags(["8.0", "9.0", "10.0"])
     assert flags == [

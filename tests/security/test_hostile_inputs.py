@@ -229,6 +229,23 @@ def test_a_poisoned_cache_merge_changes_nothing_it_should_not(tmp_path):
     assert (shared.root / "objects" / good_name).read_bytes() == good
     assert not (shared.root / "objects" / ("f" * 64)).exists()
     merged = json.loads((shared.root / "manifests" / "ab" / f"{key}.json").read_text())
-    assert entry in merged and {"inputs": {"/src/c.cu": "4" * 64}, "object": other_name} in merged
-    assert len(merged) == 2
+    # The sound new entry is added after the existing one: it never shadows it.
+    assert merged == [entry, {"inputs": {"/src/c.cu": "4" * 64}, "object": other_name}]
     assert not (tmp_path / "escape.json").exists() and not (shared.root / "escape.json").exists()
+
+
+def test_a_linked_package_folder_is_refused(kernel_copy, tmp_path):
+    outside = tmp_path / "home" / ".ssh"
+    outside.mkdir(parents=True)
+    (outside / "id_ed25519").write_text("PRIVATE KEY")
+    package = kernel_copy / "torch-ext" / "img2gray"
+    (outside / "__init__.py").write_text((package / "__init__.py").read_text())
+    import shutil
+
+    shutil.rmtree(package)
+    package.symlink_to(outside)
+    result = kernel_matrix(
+        "build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "build")
+    )
+    assert "resolves out of" in one_error(result, 2)
+    assert not any("PRIVATE KEY" in p.read_text(errors="replace") for p in tmp_path.rglob("build/**/*") if p.is_file())
