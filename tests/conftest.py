@@ -44,6 +44,22 @@ def built(tmp_path_factory) -> dict[str, Path]:
     return {variant_backend(d): d for d in variants()}
 
 
+def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR, *extra: str) -> subprocess.CompletedProcess:
+    """`kernel-matrix build --variant CELL` in the offline builder image."""
+    return kernel_matrix(
+        "build",
+        "--variant",
+        cell.name,
+        "--image",
+        "offline",
+        "--kernel-dir",
+        str(kernel_dir),
+        "--build-dir",
+        str(build_dir),
+        *extra,
+    )
+
+
 @pytest.fixture(scope="session")
 def engine():
     """A client of the container engine at DOCKER_HOST; the tests that need one

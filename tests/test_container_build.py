@@ -10,27 +10,13 @@ import sys
 import time
 
 import pytest
-from conftest import KERNEL_DIR, kernel_matrix
+from conftest import KERNEL_DIR, container_build_cli, kernel_matrix
 
 from kernel_matrix import container_build
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
 from kernel_matrix.matrix import load_matrix, select
 
 pytestmark = pytest.mark.build
-
-
-def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR):
-    return kernel_matrix(
-        "build",
-        "--variant",
-        cell.name,
-        "--image",
-        "offline",
-        "--kernel-dir",
-        str(kernel_dir),
-        "--build-dir",
-        str(build_dir),
-    )
 
 
 def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp_path):

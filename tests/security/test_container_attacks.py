@@ -7,7 +7,7 @@ costs seconds, not a build."""
 import os
 
 import pytest
-from conftest import kernel_matrix
+from conftest import container_build_cli
 
 from kernel_matrix.engine import PIDS_LIMIT, UNPRIVILEGED
 from kernel_matrix.resources import MEMORY_PER_COMPILE
@@ -29,19 +29,8 @@ def hostile_kernel(kernel_copy, script: str):
 
 
 def build(cell, kernel, build_dir):
-    return kernel_matrix(
-        "build",
-        "--variant",
-        cell.name,
-        "--image",
-        "offline",
-        "--kernel-dir",
-        str(kernel),
-        "--build-dir",
-        str(build_dir),
-        "--cuda-capabilities",  # the .cu compiling beside the failing C++ file: one architecture, seconds
-        "9.0",
-    )
+    # --cuda-capabilities: the .cu compiling beside the failing C++ file, one architecture: seconds.
+    return container_build_cli(cell, build_dir, kernel, "--cuda-capabilities", "9.0")
 
 
 def test_links_to_host_files_never_leave_the_container(local_cuda_cell, kernel_copy, tmp_path):
@@ -71,7 +60,8 @@ def test_the_build_runs_unprivileged_read_only_and_limited(local_cuda_cell, kern
     kernel = hostile_kernel(
         kernel_copy,
         "mkdir -p /out/logs\n"
-        "exec >> /out/logs/probe.txt 2>&1\n"
+        # A log of the cell's own name comes back (only those do: see the next test).
+        f"exec >> /out/logs/{cell.name}.probe.txt 2>&1\n"
         'echo "uid=$(id -u)"\n'
         "touch /cache/poison 2>/dev/null && echo cache=written || echo cache=refused\n"
         "touch /usr/poison 2>/dev/null && echo root=written || echo root=refused\n"
@@ -84,7 +74,9 @@ def test_the_build_runs_unprivileged_read_only_and_limited(local_cuda_cell, kern
     result = build(cell, kernel, build_dir)
     assert result.returncode == 5, result.stdout + result.stderr
     probe = dict(
-        line.split("=", 1) for line in (build_dir / "logs" / "probe.txt").read_text().splitlines() if "=" in line
+        line.split("=", 1)
+        for line in (build_dir / "logs" / f"{cell.name}.probe.txt").read_text().splitlines()
+        if "=" in line
     )
     expected_uid = UNPRIVILEGED[0] if os.getuid() == 0 else os.getuid()
     assert probe["uid"] == str(expected_uid)
@@ -93,3 +85,19 @@ def test_the_build_runs_unprivileged_read_only_and_limited(local_cuda_cell, kern
     # A limit (the available memory when one cell builds), not cgroup v1's "unlimited" (a huge number).
     assert 2 * MEMORY_PER_COMPILE <= int(probe["memory"]) <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert not (build_dir / ".cache" / "objects" / "poison").exists()
+
+
+def test_a_cell_cannot_write_another_cells_logs(local_cuda_cell, kernel_copy, tmp_path):
+    build_dir = tmp_path / "build"
+    other = build_dir / "logs" / "torch211-cxx11-cu130-x86_64-linux.build.json"
+    other.parent.mkdir(parents=True)
+    other.write_text('{"seconds": 1}')
+    kernel = hostile_kernel(
+        kernel_copy,
+        "mkdir -p /out/logs\n"
+        "echo forged > /out/logs/torch211-cxx11-cu130-x86_64-linux.build.json\n"
+        "echo forged > /out/logs/summary.md\n"
+        "exit 1\n",
+    )
+    assert build(local_cuda_cell, kernel, build_dir).returncode == 5
+    assert other.read_text() == '{"seconds": 1}' and not (build_dir / "logs" / "summary.md").exists()
