@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
+from packaging.version import Version as PackagingVersion
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
@@ -191,6 +192,22 @@ class BuildConfig(Section):
         backend's only, as kernel-builder builds them (a CUDA variant that also
         serves CPU tensors lists its CPU sources in its CUDA section)."""
         return {name: k for name, k in self.kernel.items() if k.backend == backend}
+
+    def refuses(self, backend: str, torch: str, cuda: str | None) -> str | None:
+        """Why this kernel rules out a backend, torch minor and CUDA version: general.backends,
+        [torch] minver/maxver, [general.cuda] minver/maxver (None: it does not)."""
+        if backend not in self.general.backends:
+            return f"backend '{backend}' is not in general.backends {self.general.backends}"
+        torch_range = (self.torch.minver, self.torch.maxver) if self.torch else (None, None)
+        limits = [("torch", torch, *torch_range)]
+        if cuda and self.general.cuda:
+            limits.append(("general.cuda", cuda, self.general.cuda.minver, self.general.cuda.maxver))
+        for what, version, low, high in limits:
+            if low and PackagingVersion(version) < PackagingVersion(low):
+                return f"{what}.minver is {low}, not {version}"
+            if high and PackagingVersion(version) > PackagingVersion(high):
+                return f"{what}.maxver is {high}, not {version}"
+        return None
 
     def skipped_sections(self) -> list[str]:
         """[kernel.*] sections of backends kernel-matrix does not build (metal, rocm, xpu)."""

@@ -246,13 +246,11 @@ def build(
         return
     kernel_dir = kernel_dir or Path("kernel")
     from .buildtoml import load_build_toml
-    from .native_build import build_noarch, build_variant, plan_build
+    from .native_build import build_variant, plan_build
     from .objcache import ObjectCache
 
     if load_build_toml(kernel_dir).noarch:  # Python only: every backend's variant, nothing compiled
-        _make_build_dir(build_dir)
-        for made in build_noarch(kernel_dir, build_dir, backends=[backend] if backend else None):
-            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        _build_noarch(kernel_dir, build_dir, [backend] if backend else None)
         return
 
     plan = plan_build(
@@ -296,6 +294,15 @@ def build(
     console.print(summary)
 
 
+def _build_noarch(kernel_dir: Path, build_dir: Path, backends: list[str] | None) -> None:
+    """A Python-only kernel's torch-<backend> variants (every declared backend by default)."""
+    from .native_build import build_noarch
+
+    _make_build_dir(build_dir)
+    for made in build_noarch(kernel_dir, build_dir, backends=backends):
+        console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+
+
 def _write_build_stats(build_dir: Path, variant: str, seconds: float, result) -> None:
     """logs/<variant>.build.json: what a container build reports in its summary."""
     import json
@@ -323,7 +330,6 @@ def _build_in_containers(
     from .engine import connect
     from .errors import BuildError, NothingToDoError
     from .matrix import cells_for_kernel, load_matrix, select
-    from .native_build import build_noarch
     from .progress import live_progress
 
     matrix = load_matrix(file)
@@ -331,9 +337,7 @@ def _build_in_containers(
     kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
     config = load_build_toml(kernel_dir)
     if config.noarch:  # Python only: no torch, no compiler, so no container; one variant per backend
-        _make_build_dir(build_dir)
-        for made in build_noarch(kernel_dir, build_dir):
-            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        _build_noarch(kernel_dir, build_dir, None)
         return
     # The cells this kernel declares (a CPU-only kernel has no CUDA cells).
     cells = cells_for_kernel(cells, config)

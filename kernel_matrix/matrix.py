@@ -452,24 +452,7 @@ def cells_for_kernel(cells: list[Cell], config: BuildConfig) -> list[Cell]:
     kernel has none: its torch-<backend> variants are not per torch."""
     if config.noarch:
         return []
-    return [c for c in cells if kernel_refuses(config, c.variant.backend, c.variant.torch, c.variant.cuda) is None]
-
-
-def kernel_refuses(config: BuildConfig, backend: str, torch: str, cuda: str | None) -> str | None:
-    """Why build.toml rules out this backend, torch minor and CUDA version (None: it does not)."""
-    if backend not in config.general.backends:
-        return f"backend '{backend}' is not in general.backends {config.general.backends}"
-    limits = [
-        ("torch", torch, config.torch.minver if config.torch else None, config.torch.maxver if config.torch else None)
-    ]
-    if cuda and config.general.cuda:
-        limits.append(("general.cuda", cuda, config.general.cuda.minver, config.general.cuda.maxver))
-    for what, version, low, high in limits:
-        if low and Version(version) < Version(low):
-            return f"{what}.minver is {low}, not {version}"
-        if high and Version(version) > Version(high):
-            return f"{what}.maxver is {high}, not {version}"
-    return None
+    return [c for c in cells if config.refuses(c.variant.backend, c.variant.torch, c.variant.cuda) is None]
 
 
 def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None:

@@ -18,7 +18,6 @@ from .buildtoml import BuildConfig, CpuKernel, CudaKernel, MetalKernel, RocmKern
 from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
 from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .errors import BuildError, ConfigError, ToolchainError
-from .matrix import kernel_refuses
 from .objcache import ObjectCache
 from .provenance import git_state
 from .resources import Parallelism, plan_parallelism
@@ -150,7 +149,7 @@ def plan_build(
     elif backend != "cpu":
         raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
     cuda = torch.cuda if backend == "cuda" else None
-    if refusal := kernel_refuses(config, backend, torch_minor(torch.version), cuda):
+    if refusal := config.refuses(backend, torch_minor(torch.version), cuda):
         raise ToolchainError(f"{kernel_dir / 'build.toml'}: {refusal}: this torch and CUDA cannot build it")
     variant = Variant(torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch())
     stable = config.torch.stable_abi_for(backend) if config.torch else None
