@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from .errors import ConfigError
+from .layout import is_built
 
 # Generated trees and caches, matched anywhere under the project.
 ARTIFACT_DIRS = ("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".hypothesis", "_skbuild", "CMakeFiles")
@@ -36,8 +37,12 @@ def project_root(matrix_file: Path, build_dir: Path) -> Path:
     return root
 
 
-def find_artifacts(root: Path, build_dir: Path, keep_variants: set[str]) -> list[Path]:
-    """root: a project_root() (checked); what clean would remove there, in order."""
+def find_artifacts(
+    root: Path, build_dir: Path, keep_variants: set[str], kernel_folders: set[str] = frozenset()
+) -> list[Path]:
+    """root: a project_root() (checked); what clean would remove there, in order.
+    keep_variants: the matrix's variant folders relative to build_dir (relu/torch...-linux
+    in a matrix of several kernels, whose kernel_folders are looked into too)."""
     root = root.resolve()
     tracked = _tracked(root)
     found: list[Path] = []
@@ -56,17 +61,26 @@ def find_artifacts(root: Path, build_dir: Path, keep_variants: set[str]) -> list
             elif any(entry.match(pattern) for pattern in ARTIFACT_FILES):
                 found.append(entry)
 
-    walk(root)
-    build = build_dir.resolve()
-    if build.is_dir() and build.is_relative_to(root):
-        for entry in sorted(build.iterdir()):
-            stale_variant = (entry / "metadata.json").is_file() and entry.name not in keep_variants
+    def build_outputs(folder: Path, top: bool) -> None:
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink():
+                continue
+            if top and entry.name in kernel_folders and entry.is_dir():
+                build_outputs(entry, top=False)
+                continue
+            relative = entry.relative_to(build).as_posix()
+            stale_variant = is_built(entry) and relative not in keep_variants
             leftover = entry.name.startswith(".") and any(
                 part in entry.name for part in (".staging-", ".old-", ".container-")
             )
             # logs, and the compiled-object cache (the next build fills it again).
             if stale_variant or leftover or entry.name in ("logs", ".cache"):
                 found.append(entry)
+
+    walk(root)
+    build = build_dir.resolve()
+    if build.is_dir() and build.is_relative_to(root):
+        build_outputs(build, top=True)
     return [p for p in found if not _holds_tracked(p, root, tracked)]
 
 

@@ -7,14 +7,18 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from .errors import ExitCode, KernelMatrixError
+from .layout import BuildDir
 from .variants import ImageKind
+
+if TYPE_CHECKING:
+    from .selection import Kernel, Selection
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -26,16 +30,36 @@ app = typer.Typer(
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 stdout = Console(width=None if sys.stdout.isatty() else 240)
 
-KernelDir = Annotated[Path, typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (build.toml).")]
-MatrixKernelDir = Annotated[
+# The options of every command that reads the matrix: resolved once by Selection.
+MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
+KernelDirOption = Annotated[
     Path | None,
-    typer.Option("--kernel-dir", help="The kernel, in kernel-builder layout (default: the matrix file's `kernel`)."),
+    typer.Option("--kernel-dir", help="A kernel folder in kernel-builder layout, instead of the matrix's kernels."),
 ]
+KernelOption = Annotated[
+    list[str] | None,
+    typer.Option("--kernel", help="This kernel of the matrix (its build.toml name; repeatable; default: all)."),
+]
+ProfileOption = Annotated[
+    str | None, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
+]
+OnlyOption = Annotated[
+    str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
+]
+VariantOption = Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")]
 
 
-def _matrix_kernel_dir(option: Path | None, matrix) -> Path:
-    """--kernel-dir, else the matrix file's `kernel`, relative to the matrix file."""
-    return option if option is not None else matrix.path.parent / matrix.spec.kernel
+def _selection(file, profile=None, only=None, variant=None, kernel=None, kernel_dir=None) -> Selection:
+    from .selection import Selection
+
+    return Selection(
+        file=file,
+        profile=profile or "full",
+        only=only,
+        variants=tuple(variant or ()),
+        kernels=tuple(kernel or ()),
+        kernel_dir=kernel_dir,
+    )
 
 
 def _check_build_dir(path: Path) -> Path:
@@ -68,28 +92,28 @@ def _make_build_dir(path: Path) -> None:
         raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
 
 
-BuildDir = Annotated[
+BuildDirOption = Annotated[
     Path,
-    typer.Option("--build-dir", help="Where variants are written: <build-dir>/<variant>/.", callback=_check_build_dir),
+    typer.Option(
+        "--build-dir",
+        help="Where variants are written: <build-dir>/<variant>/ (<build-dir>/<kernel>/<variant>/ for a matrix "
+        "of several kernels).",
+        callback=_check_build_dir,
+    ),
 ]
 Python = Annotated[
     str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
 ]
 
 
-MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
-
-
 @app.command()
 def matrix(
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    profile: Annotated[
-        str, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
-    ] = "full",
-    only: Annotated[
-        str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
-    ] = None,
-    variant: Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")] = None,
+    profile: ProfileOption = "full",
+    only: OnlyOption = None,
+    variant: VariantOption = None,
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='Print the GitHub Actions matrix {"include": [...]}.')
     ] = False,
@@ -105,51 +129,43 @@ def matrix(
         ),
     ] = False,
 ) -> None:
-    """List the matrix cells (variants): a table, or JSON for GitHub Actions.
+    """List the matrix cells (each kernel's variants): a table, or JSON for GitHub Actions.
 
     In a GitHub Actions run of a pull request (or a fork's code) the matrix may only
     name GitHub-hosted build runners, and a fork's code gets no GPU test cells."""
     import json
 
     from .github_event import GithubEvent
-    from .matrix import cells_for_kernel, check_runners, github_matrix, gpu_test_cells, load_matrix, select
+    from .matrix import check_runners, gpu_test_cells, load_matrix
 
-    loaded = load_matrix(file)
-    for warning in loaded.warnings:
-        console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
     if check_upstream:
         from .upstream import check_upstream as run_check
 
-        run_check(loaded, console)
+        run_check(load_matrix(file), console)
         return
-    cells = select(loaded, profile=profile, only=only, variants=variant or [])
-    kernel_toml = loaded.path.parent / loaded.spec.kernel / "build.toml"
-    if kernel_toml.is_file():  # the cells the matrix's kernel declares (its backends, its torch range)
-        from .buildtoml import load_build_toml
-        from .errors import NothingToDoError
-
-        config = load_build_toml(kernel_toml.parent)
-        if not config.noarch:  # (a Python-only kernel's torch-<backend> cells: not in the matrix yet)
-            cells = cells_for_kernel(cells, config)
-            if not cells:
-                raise NothingToDoError(f"{kernel_toml}: the selection has no cell of the kernel's backends")
+    resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
+    for warning in resolved.matrix.warnings:
+        console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
+    cells = list(resolved.cells)
     event = GithubEvent.from_environment()
-    check_runners(loaded, cells, event)
+    check_runners(resolved.matrix, cells, event)
     if as_json:
-        text = json.dumps(github_matrix(cells), separators=(",", ":"))
+        text = json.dumps(resolved.github_matrix(cells), separators=(",", ":"))
         typer.echo(text)
         if github_output:
             gpu = gpu_test_cells(cells, event)
             # An empty string, not an empty matrix (which GitHub refuses): the GPU job's `if` skips it.
-            gpu_text = json.dumps(github_matrix(gpu), separators=(",", ":")) if gpu else ""
+            gpu_text = json.dumps(resolved.github_matrix(gpu), separators=(",", ":")) if gpu else ""
             _write_github_output({"cells": text, "gpu_cells": gpu_text})
         return
     table = Table(title=f"{file}: {len(cells)} cells (profile {profile})", show_edge=False)
-    for column in ("variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner"):
+    columns = ("kernel", "variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for cell in cells:
         v = cell.variant
         table.add_row(
+            cell.kernel,
             v.name,
             v.torch,
             v.cuda or "-",
@@ -175,10 +191,32 @@ def _write_github_output(outputs: dict[str, str]) -> None:
             f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
 
 
+def _each_kernel(kernels, action) -> None:
+    """action(kernel, subfolder) for each kernel; with several, one kernel's failure
+    is reported and the others still run."""
+    from .errors import BuildError, KernelMatrixError
+
+    if len(kernels) == 1:
+        action(*kernels[0])
+        return
+    failed = []
+    for kernel, subfolder in kernels:
+        console.print(f"[bold]== {kernel.name}[/] ({kernel.dir})", highlight=False)
+        try:
+            action(kernel, subfolder)
+        except KernelMatrixError as exc:
+            failed.append(kernel.name)
+            for line in str(exc).splitlines():
+                _error(f"{kernel.name}: {line}")
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(kernels)} kernels failed: {', '.join(failed)}")
+
+
 @app.command()
 def build(
-    kernel_dir: MatrixKernelDir = None,
-    build_dir: BuildDir = Path("build"),
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
+    build_dir: BuildDirOption = Path("build"),
     python: Python = None,
     backend: Annotated[
         str | None, typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
@@ -222,7 +260,10 @@ def build(
         typer.Option(hidden=True, help="Write new cache entries here instead of into --cache-dir."),
     ] = None,
 ) -> None:
-    """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant)."""
+    """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
+
+    Every kernel of the matrix, or those --kernel names, or the one --kernel-dir names."""
+    capabilities = cuda_capabilities.split(",") if cuda_capabilities else None
     if profile or only or variant:
         from .errors import ConfigError
 
@@ -230,40 +271,35 @@ def build(
             raise ConfigError(
                 "--python and --backend are for native builds; a container build takes them from the cell"
             )
+        resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
         _build_in_containers(
-            kernel_dir,
-            build_dir,
-            file,
-            profile or "full",
-            only,
-            variant or [],
-            image,
-            jobs,
-            cache_dir,
-            no_cache,
-            cuda_capabilities.split(",") if cuda_capabilities else None,
+            resolved, build_dir, profile, image, jobs, None if no_cache else cache_dir, no_cache, capabilities
         )
         return
-    kernel_dir = kernel_dir or Path("kernel")
-    from .buildtoml import load_build_toml
-    from .native_build import build_variant, plan_build
     from .objcache import ObjectCache
 
-    if load_build_toml(kernel_dir).noarch:  # Python only: every backend's variant, nothing compiled
-        _build_noarch(kernel_dir, build_dir, [backend] if backend else None)
-        return
+    cache = None if no_cache else ObjectCache(cache_dir or BuildDir(build_dir).cache, writes=cache_writes)
 
-    plan = plan_build(
-        kernel_dir,
-        python=python,
-        backend=backend,
-        cuda_capabilities=cuda_capabilities.split(",") if cuda_capabilities else None,
-    )
-    _make_build_dir(build_dir)  # once the inputs are known to be good: a refused build writes nothing
+    def build_one(chosen: Kernel, subfolder: str | None) -> None:
+        _build_native(chosen, BuildDir(build_dir, subfolder), python, backend, jobs, capabilities, cache)
+
+    _each_kernel(_selection(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
+
+
+def _build_native(kernel: Kernel, where: BuildDir, python, backend, jobs, capabilities, cache) -> None:
+    from .native_build import build_noarch, build_variant, plan_build
+
+    if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
+        _make_build_dir(where.path)
+        for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None):
+            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        return
+    plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities)
+    _make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     for name in plan.config.skipped_sections():
-        backend = plan.config.kernel[name].backend
         console.print(
-            f"note: [kernel.{name}] is for {backend}, which kernel-matrix does not build (cpu, cuda): skipped",
+            f"note: [kernel.{name}] is for {plan.config.kernel[name].backend}, which kernel-matrix does not build "
+            "(cpu, cuda): skipped",
             markup=False,
             highlight=False,
         )
@@ -278,10 +314,9 @@ def build(
             console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
             status.update(f"building {plan.variant.name}")
 
-        cache = None if no_cache else ObjectCache(cache_dir or build_dir / ".cache" / "objects", writes=cache_writes)
-        result = build_variant(plan, build_dir, on_step=report, jobs=jobs, cache=cache)
+        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache)
     seconds = time.monotonic() - started
-    _write_build_stats(build_dir, plan.variant.name, seconds, result)
+    _write_build_stats(where, plan.variant.name, seconds, result)
     summary = Table.grid(padding=(0, 2))
     for key, value in [
         ("variant", plan.variant.name),
@@ -294,88 +329,67 @@ def build(
     console.print(summary)
 
 
-def _build_noarch(kernel_dir: Path, build_dir: Path, backends: list[str] | None) -> None:
-    """A Python-only kernel's torch-<backend> variants (every declared backend by default)."""
-    from .native_build import build_noarch
-
-    _make_build_dir(build_dir)
-    for made in build_noarch(kernel_dir, build_dir, backends=backends):
-        console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
-
-
-def _write_build_stats(build_dir: Path, variant: str, seconds: float, result) -> None:
+def _write_build_stats(where: BuildDir, variant: str, seconds: float, result) -> None:
     """logs/<variant>.build.json: what a container build reports in its summary."""
     import json
 
     stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
-    path = build_dir / "logs" / f"{variant}.build.json"
+    path = where.log(variant, "build.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stats) + "\n")
 
 
-def _image_kind(image: str | None, profile: str | None, matrix) -> str:
+def _image_kind(image: ImageKind | None, profile: str | None, matrix) -> str:
     """--image, else the matrix's; the local profile is what this host builds, where
     no registry is assumed, so its builders stand on the offline base."""
     return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
 
 
-def _build_in_containers(
-    kernel_dir, build_dir, file, profile, only, variants, image, jobs, cache_dir, no_cache, capabilities
-) -> None:
+def _build_in_containers(resolved, build_dir, profile, image, jobs, cache_dir, no_cache, capabilities) -> None:
     import dataclasses
     import os
 
-    from .buildtoml import load_build_toml
-    from .container_build import SUMMARY_COLUMNS, build_cells, summary_markdown, summary_rows
+    from .container_build import SUMMARY_COLUMNS, run_builds, summary_markdown, summary_rows
     from .engine import connect
-    from .errors import BuildError, NothingToDoError
-    from .matrix import cells_for_kernel, load_matrix, select
+    from .errors import BuildError
     from .progress import live_progress
 
-    matrix = load_matrix(file)
-    cells = select(matrix, profile=profile, only=only, variants=variants)
-    kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
-    config = load_build_toml(kernel_dir)
-    if config.noarch:  # Python only: no torch, no compiler, so no container; one variant per backend
-        _build_noarch(kernel_dir, build_dir, None)
-        return
-    # The cells this kernel declares (a CPU-only kernel has no CUDA cells).
-    cells = cells_for_kernel(cells, config)
-    if not cells:
-        raise NothingToDoError(
-            f"{kernel_dir / 'build.toml'}: the selection has no cell of the kernel's backends "
-            f"{', '.join(config.general.backends)}"
-        )
-    if capabilities:
-        cells = [dataclasses.replace(c, capabilities=tuple(capabilities)) if c.variant.cuda else c for c in cells]
-    client = connect()
-    image_kind = _image_kind(image, profile, matrix)
+    work = resolved.work(build_dir)
+    if capabilities:  # --cuda-capabilities replaces the cells' own
+        work = [
+            dataclasses.replace(
+                item,
+                cells=[
+                    dataclasses.replace(c, capabilities=tuple(capabilities)) if c.variant.cuda else c
+                    for c in item.cells
+                ],
+            )
+            for item in work
+        ]
+    needs_engine = any(not item.kernel.config.noarch for item in work)
     _make_build_dir(build_dir)
-    with live_progress(console, [c.name for c in cells]) as progress:
-        results = build_cells(
-            client,
-            cells,
-            kernel_dir=kernel_dir,
-            build_dir=build_dir,
-            image_kind=image_kind,
-            jobs=jobs,
-            cache_dir=None if no_cache else (cache_dir or build_dir / ".cache" / "objects"),
-            log=lambda m: console.print(m),
-            on_status=progress,
-        )
-    table = Table(title=f"container builds ({len(cells)} cells)", show_edge=False)
+    results = run_builds(
+        connect() if needs_engine else None,
+        work,
+        image_kind=_image_kind(image, profile, resolved.matrix),
+        jobs=jobs,
+        cache_dir=None if no_cache else (cache_dir or BuildDir(build_dir).cache),
+        log=lambda m: console.print(m),
+        progress=lambda names: live_progress(console, names),
+    )
+    table = Table(title=f"container builds ({len(results)} cells)", show_edge=False)
     for column in SUMMARY_COLUMNS:
         table.add_column(column, overflow="fold")
     for r, row in zip(results, summary_rows(results), strict=True):
         colour = "green" if r.ok else "red"
-        table.add_row(row[0], f"[{colour}]{r.status}[/]", *row[2:])
+        table.add_row(*row[:2], f"[{colour}]{r.status}[/]", *row[3:])
     stdout.print(table)
     summary = summary_markdown(results)
-    (build_dir / "summary.md").write_text(summary + "\n")
+    BuildDir(build_dir).summary.write_text(summary + "\n")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
             f.write(summary + "\n")
-    failed = [r.cell.name for r in results if not r.ok]
+    failed = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in results if not r.ok]
     if failed:
         raise BuildError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
 
@@ -388,67 +402,48 @@ def wheels(
     only: Annotated[str | None, typer.Option(help="The cells matching KEY=VALUE,...")] = None,
     variant: Annotated[list[str] | None, typer.Option("--variant", help="This cell (repeatable).")] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    kernel_dir: MatrixKernelDir = None,
-    build_dir: BuildDir = Path("build"),
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    build_dir: BuildDirOption = Path("build"),
     out_dir: Annotated[
         Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
     ] = None,
     image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: as for build).")] = None,
 ) -> None:
-    """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image."""
-    from docker.errors import DockerException
+    """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
 
-    from .buildtoml import load_build_toml
-    from .container_build import builder_for
-    from .engine import connect
-    from .errors import BuildError, KernelMatrixError
-    from .images import PipSetup
-    from .matrix import cells_for_kernel, load_matrix, select
-    from .wheels import build_wheel, wheel_spec
+    Compiled kernels only: a Python-only kernel's variants are not per torch, so no wheel label fits them."""
+    from .errors import BuildError
+    from .wheels import build_wheels
 
-    matrix = load_matrix(file)
-    selected = profile or only or variant
-    cells = select(matrix, profile=profile or "full", only=only, variants=variant or [])
-    cells = cells_for_kernel(cells, load_build_toml(_matrix_kernel_dir(kernel_dir, matrix)))
-    if not selected:  # every cell of the matrix that is built
-        cells = [c for c in cells if (build_dir / c.name / "metadata.json").is_file()]
-        if not cells:
-            raise BuildError(f"no variant of {file} is built in {build_dir}: run kernel-matrix build first")
-    general = load_build_toml(_matrix_kernel_dir(kernel_dir, matrix)).general
-    client, pip = connect(), PipSetup.from_host()
-    image_kind = _image_kind(image, profile, matrix)
-    out_dir = out_dir or build_dir / "wheels"
-    table = Table(title=f"wheels ({len(cells)} cells)", show_edge=False)
-    for column in ("variant", "status", "wheel"):
+    resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
+    selected = bool(profile or only or variant)
+    work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
+    if not work:
+        raise BuildError(f"no compiled variant of {file} is built in {build_dir}: run kernel-matrix build first")
+    results = build_wheels(
+        work,
+        image_kind=_image_kind(image, profile, resolved.matrix),
+        out_dir=out_dir or build_dir / "wheels",
+        log=console.print,
+    )
+    table = Table(title=f"wheels ({len(results)} cells)", show_edge=False)
+    for column in ("kernel", "variant", "status", "wheel"):
         table.add_column(column, overflow="fold")
-    failed = []
-    for cell in cells:
-        spec = wheel_spec(
-            cell,
-            name=general.name,
-            package=general.python_name,
-            kernel_version=general.version,
-            license=general.license,
-        )
-        console.print(f"{cell.name}: wheel {spec.name}-{spec.version}")
-        try:
-            builder = builder_for(client, cell, image_kind, pip, log=console.print)
-            log_path = build_dir / "logs" / f"{cell.name}.wheel.log"
-            made = build_wheel(cell, build_dir / cell.name, builder, spec, out_dir, log_path)
-            table.add_row(cell.name, "[green]built[/]", str(made))
-        except (KernelMatrixError, DockerException, OSError) as exc:  # one cell's failure never stops the others
-            failed.append(cell.name)
-            table.add_row(cell.name, "[red]FAILED[/]", (str(exc).splitlines() or [type(exc).__name__])[0])
+    for r in results:
+        table.add_row(r.cell.kernel, r.cell.name, "[green]built[/]" if r.ok else "[red]FAILED[/]", r.message)
     stdout.print(table)
+    failed = [r.cell.name for r in results if not r.ok]
     if failed:
-        raise BuildError(f"{len(failed)} of {len(cells)} wheels failed: {', '.join(failed)}")
+        raise BuildError(f"{len(failed)} of {len(results)} wheels failed: {', '.join(failed)}")
 
 
 @app.command()
 def shell(
     variant: Annotated[str, typer.Argument(help="The cell (variant name) whose builder image to enter.")],
     command: Annotated[list[str] | None, typer.Argument(help="A command to run instead of bash (after --).")] = None,
-    kernel_dir: MatrixKernelDir = None,
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: the matrix's).")] = None,
 ) -> None:
@@ -457,17 +452,18 @@ def shell(
 
     from .container_build import builder_for, shell_command
     from .engine import connect
+    from .errors import ConfigError
     from .images import PipSetup
-    from .matrix import load_matrix, select
 
-    matrix = load_matrix(file)
-    (cell,) = select(matrix, variants=[variant])
+    resolved = _selection(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
+    if len(resolved.cells) != 1:
+        names = ", ".join(k.name for k in resolved.kernels)
+        raise ConfigError(f"{variant}: a variant of several kernels ({names}): name one with --kernel")
+    (cell,) = resolved.cells
     builder = builder_for(
-        connect(), cell, image.value if image else matrix.spec.image, PipSetup.from_host(), log=console.print
+        connect(), cell, image.value if image else resolved.matrix.spec.image, PipSetup.from_host(), log=console.print
     )
-    argv = shell_command(
-        cell, builder, _matrix_kernel_dir(kernel_dir, matrix), command or [], interactive=sys.stdin.isatty()
-    )
+    argv = shell_command(cell, builder, resolved.kernel(cell).dir, command or [], interactive=sys.stdin.isatty())
     raise typer.Exit(subprocess.run(argv, check=False).returncode)
 
 
@@ -477,8 +473,10 @@ def test(
         str | None,
         typer.Argument(help="A variant directory, or a variant name under --build-dir (default: this host's)."),
     ] = None,
-    kernel_dir: KernelDir = Path("kernel"),
-    build_dir: BuildDir = Path("build"),
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    build_dir: BuildDirOption = Path("build"),
     python: Python = None,
     backend: Annotated[str | None, typer.Option(help="With no VARIANT: cuda or cpu, as for build.")] = None,
     pytest_args: Annotated[
@@ -489,35 +487,40 @@ def test(
         typer.Option(help="Test this package as installed in --python's environment (from a wheel), not a variant."),
     ] = None,
 ) -> None:
-    """Run the kernel's tests against a built variant, loaded by `kernels` in a fresh process."""
+    """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
     from .testing import resolve_variant_dir, run_installed_tests, run_kernel_tests
 
+    kernels = _selection(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if installed:
-        if variant is not None:
-            from .errors import ConfigError
+        from .errors import ConfigError
 
-            raise ConfigError("give a VARIANT or --installed PACKAGE, not both")
-        run_installed_tests(installed, kernel_dir / "tests", python=python, pytest_args=pytest_args or [])
+        if variant is not None or len(kernels) != 1:
+            raise ConfigError("--installed PACKAGE: give no VARIANT, and one kernel (--kernel or --kernel-dir)")
+        run_installed_tests(installed, kernels[0][0].dir / "tests", python=python, pytest_args=pytest_args or [])
         console.print(f"[green]passed[/] {installed} (installed)")
         return
-    if variant is None:
-        from .buildtoml import load_build_toml
-        from .native_build import plan_build
-        from .toolchain import probe_torch
 
-        if load_build_toml(kernel_dir).noarch:  # the backend of the torch that runs the tests
-            variant = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
-        else:
-            variant = plan_build(kernel_dir, python=python, backend=backend).variant.name
-    variant_dir = resolve_variant_dir(variant, build_dir)
-    ran = run_kernel_tests(variant_dir, kernel_dir, python=python, pytest_args=pytest_args or [])
-    console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)
+    def test_one(chosen: Kernel, subfolder: str | None) -> None:
+        name = variant
+        if name is None:
+            from .native_build import plan_build
+            from .toolchain import probe_torch
+
+            if chosen.config.noarch:  # the backend of the torch that runs the tests
+                name = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
+            else:
+                name = plan_build(chosen.dir, python=python, backend=backend).variant.name
+        variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
+        ran = run_kernel_tests(variant_dir, chosen.dir, python=python, pytest_args=pytest_args or [])
+        console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)
+
+    _each_kernel(kernels, test_one)
 
 
 @app.command("check-abi")
 def check_abi(
     variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
-    build_dir: BuildDir = Path("build"),
+    build_dir: BuildDirOption = Path("build"),
     python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = "3.9",
     manylinux: Annotated[
         str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
@@ -550,17 +553,19 @@ def check_abi(
 
 @app.command()
 def clean(
-    build_dir: BuildDir = Path("build"),
+    build_dir: BuildDirOption = Path("build"),
     file: MatrixFileOption = Path("build_matrix.yaml"),
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
 ) -> None:
     """Remove development artifacts, and variants in build/ that the matrix no longer names."""
     from .clean import find_artifacts, project_root, remove
-    from .matrix import load_matrix
+    from .selection import Selection
 
-    keep = {cell.name for cell in load_matrix(file).cells}
-    root = project_root(file, build_dir)
-    paths = find_artifacts(root, build_dir, keep)
+    root = project_root(file, build_dir)  # first: nothing is read from a folder clean may not act on
+    resolved = Selection(file).resolve()
+    keep = {resolved.build_dir(build_dir, resolved.kernel(c)).relative(c.name) for c in resolved.cells}
+    kernel_folders = {k.name for k in resolved.kernels} if resolved.several else set()
+    paths = find_artifacts(root, build_dir, keep, kernel_folders)
     for path in paths:
         stdout.print(f"{'would remove' if dry_run else 'removed'} {path.relative_to(root)}", highlight=False)
     if not dry_run:
@@ -571,10 +576,12 @@ def clean(
 @app.command()
 def publish(
     repo_id: Annotated[
-        str | None, typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml).")
+        str | None,
+        typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml; only with one kernel)."),
     ] = None,
-    kernel_dir: MatrixKernelDir = None,
-    build_dir: BuildDir = Path("build"),
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    build_dir: BuildDirOption = Path("build"),
     file: MatrixFileOption = Path("build_matrix.yaml"),
     profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
     allow_partial: Annotated[
@@ -584,56 +591,69 @@ def publish(
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
     manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = "manylinux_2_28",
 ) -> None:
-    """Publish the built variants to branch v<version> of the Hub repo, in one commit."""
+    """Publish each kernel's built variants to branch v<version> of its Hub repo, in one commit per kernel.
+
+    Every kernel's release is checked (complete, digests, ABI) before any is published."""
     from huggingface_hub import HfApi
 
     from . import publish as hub
-    from .buildtoml import load_build_toml
-    from .errors import ConfigError
     from .kernel_card import kernel_card
-    from .matrix import cells_for_kernel, load_matrix, select
     from .release import prepare_release
 
-    matrix = load_matrix(file)
-    kernel_dir = _matrix_kernel_dir(kernel_dir, matrix)
-    config = load_build_toml(kernel_dir)
-    if repo_id is None:
-        repo_id = config.general.hub.repo_id
-        if not repo_id:
-            raise ConfigError(f"{kernel_dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    resolved = _selection(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
     if tag is not None:
         hub.check_tag(tag)
-    try:
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    releases = []
+    for item in resolved.work(build_dir):
+        target = _repo_id(repo_id, item.kernel, several=len(resolved.kernels) > 1)
+        release = prepare_release(
+            item.kernel.config,
+            item.build_dir.path,
+            [c.name for c in item.cells],
+            allow_partial=allow_partial,
+            manylinux=None if manylinux == "none" else manylinux,
+        )
+        releases.append((item.kernel.config, target, release))
+    api = HfApi()
+    for config, target, release in releases:
+        branch = f"v{config.general.version}"
+        if dry_run:
+            _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
+            continue
+        built = list(release.metadata)
+        outcome = hub.publish(
+            api,
+            target,
+            branch,
+            release.files,
+            card=kernel_card(config, target, release.metadata),
+            message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
+            tag=tag,
+            log=lambda m: console.print(f"[yellow]{m}[/]"),
+        )
+        _print_plan(outcome.plan, dry_run=False)
+        if outcome.commit:
+            console.print(f"published {len(built)} variants to {target}@{branch}: commit {outcome.commit}")
+        else:
+            console.print(f"{target}@{branch} already holds this release: no commit")
 
+
+def _repo_id(option: str | None, kernel: Kernel, *, several: bool) -> str:
+    """--repo-id (one kernel only), else the kernel's [general.hub] repo-id; checked as the Hub checks it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from .errors import ConfigError
+
+    if option is not None and several:
+        raise ConfigError("--repo-id names one repo: publish one kernel (--kernel NAME) with it")
+    repo_id = option if option is not None else kernel.config.general.hub.repo_id
+    if not repo_id:
+        raise ConfigError(f"{kernel.dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
-    expected = [c.name for c in cells_for_kernel(select(matrix, profile=profile), config)]
-    release = prepare_release(
-        config, build_dir, expected, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
-    )
-    files, metadata, built = release.files, release.metadata, list(release.metadata)
-    branch = f"v{config.general.version}"
-    api = HfApi()
-    if dry_run:
-        _print_plan(hub.dry_run(api, repo_id, branch, files), dry_run=True)
-        return
-    outcome = hub.publish(
-        api,
-        repo_id,
-        branch,
-        files,
-        card=kernel_card(config, repo_id, metadata),
-        message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
-        tag=tag,
-        log=lambda m: console.print(f"[yellow]{m}[/]"),
-    )
-    _print_plan(outcome.plan, dry_run=False)
-    if outcome.commit:
-        console.print(f"published {len(built)} variants to {repo_id}@{branch}: commit {outcome.commit}")
-    else:
-        console.print(f"{repo_id}@{branch} already holds this release: no commit")
+    return repo_id
 
 
 def _print_plan(plan, *, dry_run: bool) -> None:
@@ -651,6 +671,45 @@ def _print_plan(plan, *, dry_run: bool) -> None:
             stdout.print(f"  {change:8} {f.path_in_repo} ({f.size} bytes)", highlight=False)
     for path in plan.deleted:
         stdout.print(f"  deleted  {path}", highlight=False)
+
+
+@app.command()
+def verify(
+    variants: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Variant folders, or names under --build-dir; with --repo-id: the release's variants to verify "
+            "(default: all).",
+            metavar="VARIANT...",
+            show_default=False,
+        ),
+    ] = None,
+    repo_id: Annotated[
+        str | None, typer.Option(help="Verify this Hub repo's release instead of local folders.")
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option(help="The release's branch or tag (default: v<version> from build.toml).")
+    ] = None,
+    kernel_dir: Annotated[Path, typer.Option(help="The kernel's sources, in kernel-builder layout.")] = Path("kernel"),
+    build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),
+    python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
+) -> None:
+    """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
+
+    Exit 0 when every file is identical; 12 (one line per differing file) when one
+    differs; 4 when a variant cannot be rebuilt on this host (another torch or CUDA)."""
+    from .verify import verify_command
+
+    verify_command(
+        variants or [],
+        repo_id=repo_id,
+        revision=revision,
+        kernel_dir=kernel_dir,
+        build_dir=build_dir,
+        python=python,
+        log=lambda message: console.print(message, markup=False, highlight=False),
+        report=lambda line: stdout.print(line, markup=False, highlight=False),
+    )
 
 
 def _interrupt_on_sigterm(signum, frame) -> None:

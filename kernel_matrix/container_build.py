@@ -25,10 +25,12 @@ from .abi import check_library, variant_libraries
 from .container_output import check_tree, copy_regular
 from .engine import Limits, Mount, build_user, container
 from .errors import AbiError, BuildError, EngineError, KernelMatrixError
+from .layout import BuildDir, is_built
 from .matrix import Cell
 from .objcache import ObjectCache
 from .provenance import SOURCE_GIT_ENV, git_state
 from .resources import memory_per_build, plan_parallelism
+from .selection import KernelCells
 from .variant_dir import replace_dir
 from .variants import host_arch
 
@@ -54,12 +56,13 @@ class CellResult:
         return self.status != "FAILED"
 
 
-SUMMARY_COLUMNS = ("variant", "status", "seconds", ".so size", "objects cached", "image", "result")
+SUMMARY_COLUMNS = ("kernel", "variant", "status", "seconds", ".so size", "objects cached", "image", "result")
 
 
 def summary_rows(results: list[CellResult]) -> list[tuple[str, ...]]:
     return [
         (
+            r.cell.kernel or "-",
             r.cell.name,
             r.status,
             f"{r.seconds:.1f}",
@@ -104,11 +107,6 @@ def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
         _file_digests(PACKAGE_DIR),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _inputs_record(build_dir: Path, cell: Cell) -> Path:
-    # Beside the variants, not inside: it is not part of what is published.
-    return build_dir / ".inputs" / f"{cell.name}.sha256"
 
 
 def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
@@ -192,8 +190,8 @@ def build_cells(
         try:
             image = builder_for(client, cell, image_kind, pip, log)
             inputs = input_hash(cell, client.images.get(image).id, kernel_dir.resolve())
-            record = _inputs_record(build_dir, cell)
-            built = (build_dir / cell.name / "metadata.json").is_file()
+            record = BuildDir(build_dir).inputs_record(cell.name)
+            built = is_built(build_dir / cell.name)
             if built and record.is_file() and record.read_text() == inputs:
                 seconds = time.monotonic() - started[cell.name]
                 results[cell.name] = CellResult(
@@ -232,7 +230,7 @@ def build_cells(
             if not isinstance(exc, (KernelMatrixError, docker.errors.DockerException)):
                 _log_unexpected(build_dir, cell, exc)
             return failed(cell, exc, image)
-        record = _inputs_record(build_dir, cell)
+        record = BuildDir(build_dir).inputs_record(cell.name)
         record.parent.mkdir(exist_ok=True)
         record.write_text(inputs)
         on_status(cell, "built")
@@ -257,6 +255,52 @@ def build_cells(
     finally:
         pool.shutdown(wait=True)
     return [results[cell.name] for cell in cells]
+
+
+def run_builds(
+    client: docker.DockerClient,
+    work: list[KernelCells],
+    *,
+    image_kind: str,
+    jobs: int | None,
+    cache_dir: Path | None,
+    log=print,
+    progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
+) -> list[CellResult]:
+    """Each kernel's cells in turn (its cells in parallel); a failing cell or kernel never
+    stops the others. A Python-only kernel's torch-<backend> variants need no compiler, so
+    no container: they are made here."""
+    results: list[CellResult] = []
+    for item in work:
+        item.build_dir.path.mkdir(parents=True, exist_ok=True)
+        if item.kernel.config.noarch:
+            results += _build_noarch_cells(item)
+            continue
+        with progress([c.name for c in item.cells]) as on_status:
+            results += build_cells(
+                client,
+                item.cells,
+                kernel_dir=item.kernel.dir,
+                build_dir=item.build_dir.path,
+                image_kind=image_kind,
+                jobs=jobs,
+                cache_dir=cache_dir,
+                log=log,
+                on_status=on_status,
+            )
+    return results
+
+
+def _build_noarch_cells(item: KernelCells) -> list[CellResult]:
+    from .native_build import build_noarch
+
+    started = time.monotonic()
+    try:
+        made = build_noarch(item.kernel.dir, item.build_dir.path, backends=[c.variant.backend for c in item.cells])
+    except KernelMatrixError as exc:
+        return [CellResult(c, "FAILED", time.monotonic() - started, None, str(exc).splitlines()[0]) for c in item.cells]
+    seconds = time.monotonic() - started
+    return [CellResult(c, "built", seconds, None, str(path)) for c, path in zip(item.cells, made, strict=True)]
 
 
 def _log_unexpected(build_dir: Path, cell: Cell, exc: Exception) -> None:

@@ -28,6 +28,7 @@ import docker
 
 from .engine import Mount, container
 from .errors import EngineError
+from .variants import cuda_major, cuda_tag, torch_tag
 
 OFFLINE_SUITE = "bookworm"
 OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
@@ -189,7 +190,7 @@ def builder_image(
     client: docker.DockerClient, base: str, *, torch: str, cuda: str | None, torch_index: str, pip: PipSetup, log=print
 ) -> str:
     """The builder for one torch minor (and CUDA version): found by its hash, else made once."""
-    if cuda and cuda.split(".")[0] != OFFLINE_CUDA_MAJOR:
+    if cuda and str(cuda_major(cuda)) != OFFLINE_CUDA_MAJOR:
         raise EngineError(
             f"CUDA {cuda}: builder images take the CUDA toolchain from PyPI, which has a complete nvcc only for "
             f"CUDA {OFFLINE_CUDA_MAJOR}.x; build CUDA {cuda} cells on an official CUDA image"
@@ -234,11 +235,10 @@ def builder_image(
             f" && find {VENV}/lib/python3*/site-packages/nvidia \\( {names} -o -name 'libnvJitLink*.so*' \\) -delete"
         )
     if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
-        script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda.split('.')[0]} {CUDA_HOME}"
+        script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda_major(cuda)} {CUDA_HOME}"
     # The recipe itself is hashed: changing how images are made makes new ones.
     digest = _digest(base_id, script, sorted(pip.env.items()))
-    compute = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
-    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-{compute}-{digest}"
+    tag = f"kernel-matrix/builder:{torch_tag(torch)}-{cuda_tag(cuda) if cuda else 'cpu'}-{digest}"
     if _present(client, tag):
         return tag
     log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
@@ -274,10 +274,10 @@ def official_builder(
         "TORCH_SPEC": f"torch=={torch}.*",
         "TORCH_INDEX_URL": "" if torch_index == "pypi" else torch_index,
         "BUILD_TOOLS": " ".join(BUILD_TOOL_REQUIREMENTS),
-        "CUDA_MAJOR": cuda.split(".")[0] if cuda else "",
+        "CUDA_MAJOR": str(cuda_major(cuda)) if cuda else "",
     }
     digest = _digest(dockerfile.read_text(), sorted(args.items()))
-    tag = f"kernel-matrix/builder:torch{torch.replace('.', '')}-official-{digest}"
+    tag = f"kernel-matrix/builder:{torch_tag(torch)}-official-{digest}"
     if _present(client, tag):
         return tag
     log(f"creating {tag} from {dockerfile.name} on {base}")

@@ -14,12 +14,11 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 from . import data
-from .buildtoml import BuildConfig
 from .capabilities import default_capabilities
 from .errors import ConfigError
 from .github_event import GithubEvent, is_github_hosted
 from .matrix_schema import ArchRunners, CapabilityRow, CellSelector, CellSpec, MatrixFile, TorchRelease, Upstream
-from .variants import Variant, host_arch
+from .variants import Variant, cuda_tag, host_arch
 from .yamlsource import Located, YamlProblems, load_located
 
 # GitHub Actions refuses a job matrix with more cells than this.
@@ -51,6 +50,7 @@ class Cell:
     build_runner: tuple[str, ...]
     test_runner: tuple[str, ...]
     capabilities: tuple[str, ...]
+    kernel: str | None = None  # the kernel's name ([general] name); None in the bare torch x CUDA grid
 
     @property
     def name(self) -> str:
@@ -59,6 +59,7 @@ class Cell:
     def to_json(self) -> dict[str, Any]:
         v = self.variant
         return {
+            "kernel": self.kernel,
             "variant": v.name,
             "torch": v.torch,
             "cuda": v.cuda,
@@ -70,8 +71,12 @@ class Cell:
             "capabilities": list(self.capabilities),
             "build_runner": list(self.build_runner),
             "test_runner": list(self.test_runner),
+            "noarch": v.noarch,
+            "stable_abi": v.stable_abi,
+            # Runners exist for these; a noarch variant of another backend is built, not tested.
+            "cpu_test": v.backend in ("cpu", "cuda"),
             "gpu_test": v.backend == "cuda",
-            "artifact": f"variant-{v.name}",
+            "artifact": f"variant-{self.kernel}-{v.name}" if self.kernel else f"variant-{v.name}",
         }
 
 
@@ -306,7 +311,7 @@ def _image(spec: MatrixFile, cuda: str | None, arch: str, toolkits: dict) -> str
 
 
 def _torch_index(spec: MatrixFile, release: TorchRelease, cuda: str | None) -> str:
-    pytorch = f"{spec.upstream.pytorch.rstrip('/')}/{'cu' + cuda.replace('.', '') if cuda else 'cpu'}"
+    pytorch = f"{spec.upstream.pytorch.rstrip('/')}/{cuda_tag(cuda) if cuda else 'cpu'}"
     if spec.torch_index == "pytorch":
         return pytorch
     on_pypi = cuda is not None and release.pypi == cuda
@@ -444,15 +449,6 @@ def _apply_only(cells: list[Cell], all_cells: list[Cell], only: str) -> list[Cel
 def _field(cell: Cell, key: str) -> str:
     v = cell.variant
     return {"torch": v.torch, "cuda": v.cuda or "cpu", "arch": v.arch, "backend": v.backend}[key]
-
-
-def cells_for_kernel(cells: list[Cell], config: BuildConfig) -> list[Cell]:
-    """The cells a kernel's build.toml allows: its backends, [torch] minver/maxver and
-    [general.cuda] minver/maxver (a CPU-only kernel has no CUDA cells). A Python-only
-    kernel has none: its torch-<backend> variants are not per torch."""
-    if config.noarch:
-        return []
-    return [c for c in cells if config.refuses(c.variant.backend, c.variant.torch, c.variant.cuda) is None]
 
 
 def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from .section import Section
 
@@ -80,7 +80,9 @@ class Upstream(Section):
 
 
 class MatrixFile(Section):
-    kernel: str = "kernel"
+    # The kernel folder(s), relative to this file: `kernel` for one, `kernels` for several.
+    kernel: str | None = None
+    kernels: list[Annotated[str, Field(min_length=1)]] | None = Field(default=None, min_length=1)
     # torch minor -> the CUDA versions to build for it, or "all" it ships.
     torch: dict[MinorVersion, CudaBuilds] = Field(min_length=1)
     cpu: bool = True
@@ -93,3 +95,15 @@ class MatrixFile(Section):
     exclude: list[CellSelector] = []
     include: list[CellSpec] = []
     upstream: Upstream = Upstream()
+
+    @model_validator(mode="after")
+    def _one_way_to_name_kernels(self) -> MatrixFile:
+        if self.kernel is not None and self.kernels is not None:
+            raise ValueError("give `kernel` (one folder) or `kernels` (a list), not both")
+        return self
+
+    def kernel_entries(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """(where in the file, folder) for each kernel the matrix builds; `kernel` by default."""
+        if self.kernels is not None:
+            return [(("kernels", index), entry) for index, entry in enumerate(self.kernels)]
+        return [(("kernel",), self.kernel or "kernel")]

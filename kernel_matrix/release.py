@@ -12,6 +12,7 @@ from .abi import check_library, variant_libraries
 from .buildtoml import BuildConfig
 from .container_output import UnsafeOutputError, check_tree
 from .errors import AbiError, ConfigError, NothingToDoError
+from .layout import is_built
 from .variant_dir import METADATA
 
 
@@ -91,7 +92,7 @@ def prepare_release(
 ) -> Release:
     """The built variants of `expected`, each checked; refuses an incomplete
     release unless allow_partial."""
-    built = [name for name in expected if (build_dir / name / METADATA).is_file()]
+    built = [name for name in expected if is_built(build_dir / name)]
     missing = [name for name in expected if name not in built]
     if missing and not allow_partial:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import ConfigError, TestFailure
+from .layout import is_built
 from .variant_dir import METADATA
 
 # The kernel's conftest.py reads the variant to load from here...
@@ -25,7 +26,7 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     """A variant directory, given its path or its name under build_dir."""
     path = Path(target)
     candidate = path if path.is_dir() else build_dir / target
-    if not (candidate / METADATA).is_file():
+    if not is_built(candidate):
         raise ConfigError(
             f"{target}: not a built variant (no {candidate / METADATA}); "
             f"run `kernel-matrix build` first or pass a variant directory"

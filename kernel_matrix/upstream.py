@@ -15,6 +15,7 @@ from rich.console import Console
 from . import data
 from .errors import NetworkError, OutdatedError
 from .matrix import Matrix
+from .variants import cuda_tag
 
 _WHEEL = re.compile(r"torch-(\d+)\.(\d+)\.\d+(?:(?:\+|%2B)(cu\d+|cpu))?-[^\"'<>\s]*\.whl")
 TIMEOUT_S = 30
@@ -70,7 +71,7 @@ def find_missing(matrix: Matrix) -> list[Finding]:
 
     cudas = _cuda_candidates([*data.load("cuda_toolkits"), *(c for _, c in built if c)])
     for cuda in cudas:
-        page = fetch_index_page(f"{spec.upstream.pytorch.rstrip('/')}/cu{cuda.replace('.', '')}/torch/")
+        page = fetch_index_page(f"{spec.upstream.pytorch.rstrip('/')}/{cuda_tag(cuda)}/torch/")
         if page is None:
             continue
         for minor in sorted(torch_minors(page) & matrix_minors, key=Version):

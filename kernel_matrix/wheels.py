@@ -24,8 +24,11 @@ from pathlib import Path
 
 from .container_output import check_tree
 from .errors import AbiError, BuildError, ToolchainError
+from .layout import is_built
 from .matrix import Cell
+from .selection import KernelCells
 from .variant_dir import METADATA
+from .variants import torch_tag
 
 # The .so's libraries that the user's torch wheel (and its nvidia-* dependencies)
 # provide: never copied into the wheel.
@@ -85,11 +88,10 @@ class WheelSpec:
 
 def wheel_spec(cell: Cell, *, name: str, package: str, kernel_version: int | str, license: str) -> WheelSpec:
     major, minor = (int(x) for x in cell.variant.torch.split("."))
-    compute = f"cu{cell.variant.cuda.replace('.', '')}" if cell.variant.cuda else "cpu"
     return WheelSpec(
         name=name,
         package=package,
-        version=f"{kernel_version}+torch{major}{minor}{compute}",
+        version=f"{kernel_version}+{torch_tag(cell.variant.torch)}{cell.variant.compute}",
         torch_requirement=f"torch>={major}.{minor},<{major}.{minor + 1}",
         license=license,
     )
@@ -134,7 +136,7 @@ def cibuildwheel_env(cell: Cell, image: str) -> dict[str, str]:
 
 def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_dir: Path, log_path: Path) -> Path:
     """The variant's wheel in out_dir (written there only once it is whole)."""
-    if not (variant_dir / METADATA).is_file():
+    if not is_built(variant_dir):
         raise BuildError(f"{variant_dir}: not a built variant (kernel-matrix build --variant {cell.name} first)")
     for tool in ("cibuildwheel", "abi3audit"):
         if importlib.util.find_spec(tool) is None:
@@ -172,3 +174,46 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
         final = out_dir / wheels[0].name
         os.replace(wheels[0], final)
     return final
+
+
+@dataclass(frozen=True)
+class WheelResult:
+    cell: Cell
+    wheel: Path | None
+    message: str  # the wheel's path, or why it failed
+
+    @property
+    def ok(self) -> bool:
+        return self.wheel is not None
+
+
+def build_wheels(work: list[KernelCells], *, image_kind: str, out_dir: Path, log=print) -> list[WheelResult]:
+    """A wheel per cell, in the cell's builder image; one cell's failure never stops the others."""
+    from docker.errors import DockerException
+
+    from .container_build import builder_for
+    from .engine import connect
+    from .errors import KernelMatrixError
+    from .images import PipSetup
+
+    client, pip = connect(), PipSetup.from_host()
+    results = []
+    for item in work:
+        general = item.kernel.config.general
+        for cell in item.cells:
+            spec = wheel_spec(
+                cell,
+                name=general.name,
+                package=general.python_name,
+                kernel_version=general.version,
+                license=general.license,
+            )
+            log(f"{cell.name}: wheel {spec.name}-{spec.version}")
+            try:
+                builder = builder_for(client, cell, image_kind, pip, log=log)
+                log_path = item.build_dir.log(cell.name, "wheel.log")
+                made = build_wheel(cell, item.build_dir.variant(cell.name), builder, spec, out_dir, log_path)
+                results.append(WheelResult(cell, made, str(made)))
+            except (KernelMatrixError, DockerException, OSError) as exc:
+                results.append(WheelResult(cell, None, (str(exc).splitlines() or [type(exc).__name__])[0]))
+    return results

@@ -98,3 +98,16 @@ def local_cuda_cell(engine):
         machine=Machine(arch="x86_64", nvcc=nvcc.version),
     )
     return max(cells, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
+
+
+def cli_matrix(profile: str = "full", only: str | None = None, file: Path | None = None, machine=None) -> dict:
+    """What `kernel-matrix matrix --json` prints for the repository's matrix: each kernel's cells."""
+    from kernel_matrix.selection import Selection
+
+    resolved = Selection(file or REPO / "build_matrix.yaml", profile=profile, only=only).resolve(machine=machine)
+    return resolved.github_matrix(resolved.cells)
+
+
+def matrix_text() -> str:
+    """The repository's build_matrix.yaml, its kernel named by absolute path: for copies elsewhere."""
+    return (REPO / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {REPO / 'kernel'}")

@@ -196,11 +196,11 @@ def test_bad_cuda_capabilities_options_are_one_line(value, tmp_path):
 
 
 def test_a_torch_outside_the_kernels_range_is_refused_and_its_cells_dropped(kernel_copy, tmp_path):
-    from kernel_matrix.matrix import cells_for_kernel, load_matrix, select
+    from kernel_matrix.matrix import load_matrix
+    from kernel_matrix.selection import Kernel, kernel_cells
 
     _edit(kernel_copy, "[torch]\n", '[torch]\nminver = "2.13"\nmaxver = "2.13"\n')
-    config = load_build_toml(kernel_copy)
-    cells = cells_for_kernel(select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml")), config)
+    cells = kernel_cells(Kernel.load(kernel_copy), load_matrix(KERNEL_DIR.parent / "build_matrix.yaml").cells)
     assert cells and {c.variant.torch for c in cells} == {"2.13"}
     result = kernel_matrix("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b"))
     assert result.returncode == 4 and result.stderr.count("\n") == 1, result.stderr

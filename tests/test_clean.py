@@ -2,7 +2,7 @@
 
 import subprocess
 
-from conftest import REPO, kernel_matrix
+from conftest import kernel_matrix, matrix_text
 
 KEPT_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
 STALE_VARIANT = "torch29-cxx11-cu128-x86_64-linux"
@@ -31,7 +31,7 @@ def _project(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (project / "src" / "link").symlink_to(outside.parent)
-    (project / "build_matrix.yaml").write_text((REPO / "build_matrix.yaml").read_text())
+    (project / "build_matrix.yaml").write_text(matrix_text())
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     subprocess.run(["git", "-C", str(project), "add", "src/pkg/module.py", "build_matrix.yaml"], check=True)
     subprocess.run(["git", "-C", str(project), "add", "-f", "vendored/__pycache__/tracked.pyc"], check=True)

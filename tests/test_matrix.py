@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import REPO, cli_matrix, kernel_matrix
 from kernels.variants import parse_variant
 
 from kernel_matrix.errors import ConfigError
@@ -18,8 +18,7 @@ DEV_MACHINE = Machine(arch="x86_64", nvcc="13.0")
 
 @pytest.mark.parametrize("profile", ["full", "pr", "local"])
 def test_golden_matrix_json(profile, request):
-    cells = select(load_matrix(DEFAULT), profile=profile, machine=DEV_MACHINE)
-    got = json.dumps(github_matrix(cells), indent=1) + "\n"
+    got = json.dumps(cli_matrix(profile, machine=DEV_MACHINE), indent=1) + "\n"
     golden = GOLDEN / f"matrix-{profile}.json"
     if request.config.getoption("--regen-golden"):
         golden.parent.mkdir(exist_ok=True)
@@ -119,7 +118,7 @@ def test_cli_json_is_the_github_matrix():
     result = kernel_matrix("matrix", "--json", "--profile", "pr")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data == github_matrix(select(load_matrix(DEFAULT), profile="pr"))
+    assert data == cli_matrix("pr")
 
 
 def test_cli_table_lists_the_cells():

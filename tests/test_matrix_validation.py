@@ -158,8 +158,10 @@ def test_cells_the_loader_would_not_load_are_warnings_not_errors(tmp_path):
     assert [c.name for c in matrix.cells] == ["torch101-cxx11-cpu-x86_64-linux", "torch101-cxx11-cu130-x86_64-linux"]
     assert len(matrix.warnings) == 2
     assert matrix.warnings[0].startswith(f"{path}:2:3: warning: the installed kernels loader would not load")
+    with path.open("a") as f:
+        f.write(f"kernel: {REPO / 'kernel'}\n")
     result = kernel_matrix("matrix", "--file", str(path), "--json")
-    assert result.returncode == 0 and "warning:" in result.stderr
+    assert result.returncode == 0 and "warning:" in result.stderr, result.stderr
 
 
 # Random and mutated files never produce anything but a ConfigError.

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, kernel_matrix
+from conftest import REPO, cli_matrix, kernel_matrix, matrix_text
 
-from kernel_matrix.matrix import PROFILES, github_matrix, load_matrix, select
+from kernel_matrix.matrix import PROFILES, load_matrix
 
 WORKFLOW_DIR = REPO / ".github" / "workflows"
 WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
@@ -381,13 +381,16 @@ def test_every_job_is_one_command_a_developer_can_run():
     def commands(job):
         return [s["run"] for s in JOBS[job]["steps"] if "run" in s]
 
-    assert commands("test-cpu") == ['scripts/test-variant --cpu-only "$VARIANT"']
-    assert commands("test-gpu") == ['scripts/test-variant "$VARIANT"']
+    assert commands("test-cpu") == ['scripts/test-variant --cpu-only --kernel "$KERNEL" "$VARIANT"']
+    assert commands("test-gpu") == ['scripts/test-variant --kernel "$KERNEL" "$VARIANT"']
     assert commands("release-wheels") == ['gh release create "$TAG" --verify-tag --generate-notes wheels/*.whl']
     for job in ("build", "test-cpu", "test-gpu"):
         for s in JOBS[job]["steps"]:
             if "$VARIANT" in s.get("run", ""):
-                assert s["env"] == {"VARIANT": "${{ matrix.variant }}"}, (job, s["run"])
+                assert s["env"] == {"KERNEL": "${{ matrix.kernel }}", "VARIANT": "${{ matrix.variant }}"}, (
+                    job,
+                    s["run"],
+                )
     assert os.access(TEST_VARIANT, os.X_OK)
     assert not (REPO / "scripts" / "gpu-test").exists(), "renamed to scripts/test-variant"
 
@@ -402,7 +405,7 @@ BUILD_RUNS_ON = (
 
 
 def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
-    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="full"))["include"]
+    cells = cli_matrix("full")["include"]
     assert not any("self-hosted" in cell["build_runner"] for cell in cells), "builds run on GitHub's runners"
     for cell in cells:
         assert ("self-hosted" in cell["test_runner"]) == cell["gpu_test"] == (cell["backend"] == "cuda"), cell
@@ -486,7 +489,7 @@ def test_the_workflows_page_names_every_workflow_job_and_input():
     names = [p.name for p in WORKFLOWS] + list(JOBS) + list(BUILD["on"]["workflow_dispatch"]["inputs"])
     assert [name for name in names if f"`{name}`" not in page] == []
     # Its local commands are the jobs' commands.
-    for command in ("scripts/test-variant --cpu-only", "kernel-matrix wheels --variant", "gh release create"):
+    for command in ("scripts/test-variant --cpu-only --kernel", "kernel-matrix wheels --kernel", "gh release create"):
         assert command in page, command
 
 
@@ -557,9 +560,8 @@ PLAN_RUNS = {
 def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     context, profile, only = PLAN_RUNS[kind]
     outputs = plan_job(context, tmp_path)
-    matrix = load_matrix(REPO / "build_matrix.yaml")
     cells = json.loads(outputs["cells"])  # what fromJSON parses
-    assert cells == github_matrix(select(matrix, profile=profile, only=only))
+    assert cells == cli_matrix(profile, only)
     gpu = [cell for cell in cells["include"] if cell["gpu_test"]]
     context["needs"] = {"plan": {"outputs": outputs}}
     assert runs(JOBS["test-cpu"], context)  # every cell, with or without a CUDA one
@@ -592,7 +594,7 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert lines[0] == "earlier=1" and len(lines) == 3 and lines[1].startswith("cells=")
     assert lines[2].startswith("gpu_cells={")
     cells = json.loads(lines[1].removeprefix("cells="))  # what fromJSON parses
-    assert cells == github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))
+    assert cells == cli_matrix("pr")
     assert all({"variant", "build_runner", "test_runner", "artifact"} <= set(cell) for cell in cells["include"])
 
 
@@ -655,27 +657,46 @@ def build_upload(name_prefix: str) -> dict:
 
 
 def wheel_name(cell: dict) -> str:
-    """The wheel `kernel-matrix wheels --variant` writes for a cell: the command's contract (kernel/build.toml's
-    img2gray, version 1)."""
+    """The wheel `kernel-matrix wheels --variant` writes for a cell: the command's contract (name-version+label)."""
     label = f"torch{cell['torch'].replace('.', '')}" + (f"cu{cell['cuda'].replace('.', '')}" if cell["cuda"] else "cpu")
-    return f"img2gray-1+{label}-cp39-abi3-manylinux_2_28_{cell['arch']}.whl"
+    return f"{cell['kernel']}-1+{label}-cp39-abi3-manylinux_2_28_{cell['arch']}.whl"
 
 
-# kernel-matrix as far as the build job uses it: what `build` and `wheels` leave in the workspace.
+def several_kernels(tmp_path: Path) -> Path:
+    """A matrix of three kernels: img2gray, a copy under another name, and a Python-only one."""
+    import shutil
+
+    shutil.copytree(REPO / "kernel", tmp_path / "copy", ignore=shutil.ignore_patterns("benchmarks", "tests"))
+    toml = tmp_path / "copy" / "build.toml"
+    toml.write_text(toml.read_text().replace('name = "img2gray"', 'name = "gray-copy"'))
+    (tmp_path / "copy" / "torch-ext" / "img2gray").rename(tmp_path / "copy" / "torch-ext" / "gray_copy")
+    package = tmp_path / "pure" / "torch-ext" / "pure"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (tmp_path / "pure" / "build.toml").write_text(
+        '[general]\nname = "pure"\nversion = 1\nlicense = "MIT"\nbackends = ["cpu", "cuda", "xpu"]\n\n[torch-noarch]\n'
+    )
+    text = matrix_text().replace(f"kernel: {REPO / 'kernel'}", f"kernels: [{REPO / 'kernel'}, copy, pure]")
+    (tmp_path / "build_matrix.yaml").write_text(text)
+    return tmp_path / "build_matrix.yaml"
+
+
+# kernel-matrix as far as the build job uses it: what `build` and `wheels` leave in the workspace
+# (VARIANT_PATH and LOGS: where the real one writes the cell's variant and logs under build/).
 BUILD_STUB = """#!/bin/sh
 set -e
-[ $# -eq 3 ] && [ "$2" = --variant ] || exit 64
+[ $# -eq 5 ] && [ "$2" = --kernel ] && [ "$4" = --variant ] || exit 64
 case $1 in
 build)
-  mkdir -p "build/$3" build/logs
-  printf %s "$3" >"build/$3/metadata.json"
-  printf '| variant |\\n|---|\\n| %s |\\n' "$3" >build/summary.md
-  printf log >"build/logs/$3.log" ;;
+  mkdir -p "build/$VARIANT_PATH" "build/$LOGS"
+  printf %s "$3/$5" >"build/$VARIANT_PATH/metadata.json"
+  printf '| variant |\\n|---|\\n| %s |\\n' "$5" >build/summary.md
+  printf log >"build/$LOGS/$5.log" ;;
 wheels)
-  [ -f "build/$3/metadata.json" ] || exit 3
+  [ -f "build/$VARIANT_PATH/metadata.json" ] || exit 3
   mkdir -p build/wheels
-  printf %s "$3" >"build/wheels/$WHEEL"
-  printf log >"build/logs/$3.wheel.log" ;;
+  printf %s "$3/$5" >"build/wheels/$WHEEL"
+  printf log >"build/$LOGS/$5.wheel.log" ;;
 *) exit 64 ;;
 esac
 """
@@ -691,72 +712,93 @@ def build_job(cell: dict, workspace: Path, stub_dir: Path) -> dict[str, dict[str
     workspace.mkdir(parents=True)
     context, artifacts = {"matrix": cell}, {}
     for s in JOBS["build"]["steps"]:
+        if not runs(s, context | {"status": "success"}):
+            continue
         if s.get("uses", "").startswith("actions/upload-artifact@"):
             name, entries = upload(s, context, workspace)
             assert name not in artifacts
             artifacts[name] = entries
         elif s.get("run", "").startswith("kernel-matrix"):
             env = {k: render(v, context) for k, v in s.get("env", {}).items()}
-            env |= {"WHEEL": wheel_name(cell), "PATH": f"{stub_dir}{os.pathsep}{os.environ['PATH']}"}
+            env |= {"WHEEL": wheel_name(cell), "VARIANT_PATH": cell["path"], "LOGS": cell["logs"]}
+            env["PATH"] = f"{stub_dir}{os.pathsep}{os.environ['PATH']}"
             result = bash(s["run"], env, cwd=workspace)
             assert result.returncode == 0, f"{s['run']}: exit {result.returncode}"
     return artifacts
 
 
-def test_each_job_downloads_what_it_reads(tmp_path):
-    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"]
+@pytest.mark.parametrize("kernels", ["one", "several"])
+def test_each_job_downloads_what_it_reads(tmp_path, kernels):
+    file = several_kernels(tmp_path / "project") if kernels == "several" else None
+    cells = cli_matrix("pr", file=file)["include"]
+    assert len({c["kernel"] for c in cells}) == (3 if file else 1)
     artifacts = {}
     for cell in cells:
-        made = build_job(cell, tmp_path / "build-job" / cell["variant"], tmp_path / "stub")
-        assert set(made) == {cell["artifact"], f"wheel-{cell['variant']}", f"logs-{cell['variant']}"}
-        assert set(made[cell["artifact"]]) == {f"{cell['variant']}/metadata.json", "summary.md"}
-        assert set(made[f"wheel-{cell['variant']}"]) == {wheel_name(cell)}  # the .whl alone, at the root
-        assert f"logs/{cell['variant']}.wheel.log" in made[f"logs-{cell['variant']}"]
+        made = build_job(cell, tmp_path / "build-job" / cell["kernel"] / cell["variant"], tmp_path / "stub")
+        tag = f"{cell['kernel']}-{cell['variant']}"
+        # A Python-only variant gets no wheel (it is for every torch).
+        assert set(made) == {cell["artifact"], f"logs-{tag}"} | (set() if cell["noarch"] else {f"wheel-{tag}"})
+        assert set(made[cell["artifact"]]) == {f"{cell['path']}/metadata.json", "summary.md"}
+        if not cell["noarch"]:
+            assert set(made[f"wheel-{tag}"]) == {wheel_name(cell)}  # the .whl alone, at the root
+            assert f"{cell['logs']}/{cell['variant']}.wheel.log" in made[f"logs-{tag}"]
         artifacts |= made
-    # A test job: its own cell's variant at build/<variant>/, nothing else (test-cpu: any cell, test-gpu: CUDA).
-    for job, cell in (("test-cpu", cells[0]), ("test-gpu", next(c for c in cells if c["gpu_test"]))):
+    # A test job: its own cell's variant at build/<path>/, nothing else (test-cpu: any cell, test-gpu: CUDA).
+    for job, cell in (("test-cpu", cells[-1]), ("test-gpu", next(c for c in cells if c["gpu_test"]))):
         workspace = tmp_path / job
         download(step(job, "actions/download-artifact"), {"matrix": cell}, artifacts, workspace)
         assert {p.relative_to(workspace).as_posix() for p in workspace.rglob("*") if p.is_file()} == {
-            f"build/{cell['variant']}/metadata.json",
+            f"build/{cell['path']}/metadata.json",
             "build/summary.md",
         }, job
-        assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
-    # The publish job: every variant at build/<variant>/; no build logs, no wheels among them.
+        assert (
+            workspace / "build" / cell["path"] / "metadata.json"
+        ).read_text() == f"{cell['kernel']}/{cell['variant']}"
+    # The publish job: every variant at build/<path>/; no build logs, no wheels among them.
     workspace = tmp_path / "publish-job"
     overwritten = download(step("publish", "actions/download-artifact"), {}, artifacts, workspace)
     assert set(overwritten) == {"summary.md"}  # each variant's artifact has one; publish does not read it
     for cell in cells:
-        assert (workspace / "build" / cell["variant"] / "metadata.json").read_text() == cell["variant"]
-    assert {p.name for p in (workspace / "build").iterdir()} == {c["variant"] for c in cells} | {"summary.md"}
-    # release-wheels: every cell's wheel in wheels/, none overwritten by another, and nothing else.
+        assert (
+            workspace / "build" / cell["path"] / "metadata.json"
+        ).read_text() == f"{cell['kernel']}/{cell['variant']}"
+    tops = {c["path"].split("/")[0] for c in cells}
+    assert {p.name for p in (workspace / "build").iterdir()} == tops | {"summary.md"}
+    # release-wheels: every compiled cell's wheel in wheels/, none overwritten by another, and nothing else.
     workspace = tmp_path / "release-job"
     assert download(step("release-wheels", "actions/download-artifact"), {}, artifacts, workspace) == []
     wheels = {p.name: p.read_text() for p in (workspace / "wheels").iterdir()}
-    assert wheels == {wheel_name(c): c["variant"] for c in cells}
+    assert wheels == {wheel_name(c): f"{c['kernel']}/{c['variant']}" for c in cells if not c["noarch"]}
     assert [p.name for p in workspace.iterdir()] == ["wheels"]
+
+
+def test_only_runners_backends_are_tested():
+    """test-cpu skips (as a step) a noarch variant of a backend no runner has; test-gpu takes CUDA cells only."""
+    (test,) = [s for s in JOBS["test-cpu"]["steps"] if "run" in s]
+    context = {"matrix": {"cpu_test": False}, "status": "success"}
+    assert not runs(test, context) and runs(test, context | {"matrix": {"cpu_test": True}})
 
 
 def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one(tmp_path):
     steps = JOBS["build"]["steps"]
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
-        'kernel-matrix build --variant "$VARIANT"',
+        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANT"',
         "${{ matrix.artifact }}",  # a packaging failure still leaves the variant to test
-        'kernel-matrix wheels --variant "$VARIANT"',
-        "wheel-${{ matrix.variant }}",
-        "logs-${{ matrix.variant }}",
+        'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANT"',
+        "wheel-${{ matrix.kernel }}-${{ matrix.variant }}",
+        "logs-${{ matrix.kernel }}-${{ matrix.variant }}",
     ]
     assert build_upload("logs-")["if"] == "${{ !cancelled() }}"  # wheels' logs too, when it fails
     # A wheels step that wrote nothing fails the job at the upload, rather than releasing without the cell's wheel.
     (tmp_path / "build" / "wheels").mkdir(parents=True)
     with pytest.raises(AssertionError, match="nothing matches"):
-        upload(build_upload("wheel-"), {"matrix": {"variant": "v"}}, tmp_path)
+        upload(build_upload("wheel-"), {"matrix": {"variant": "v", "kernel": "k"}}, tmp_path)
 
 
 def test_the_cells_wheels_never_share_a_name():
     # release-wheels merges every cell's wheel into one folder.
-    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="full"))["include"]
+    cells = cli_matrix("full")["include"]
     names = [wheel_name(cell) for cell in cells]
     assert len(set(names)) == len(names) == len(cells)
 
@@ -774,8 +816,11 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
     ):
         workspace = tmp_path / variant
         (workspace / "build").mkdir(parents=True)
-        (workspace / "build" / "summary.md").write_text(header + f"| {variant} | {status} | 9.0 | - | - | - | - |\n")
-        name, entries = upload(build_upload("logs-"), {"matrix": {"variant": variant}}, workspace)
+        (workspace / "build" / "summary.md").write_text(
+            header + f"| k | {variant} | {status} | 9.0 | - | - | - | - |\n"
+        )
+        context = {"matrix": {"variant": variant, "kernel": "k", "logs": "logs"}}
+        name, entries = upload(build_upload("logs-"), context, workspace)
         artifacts[name] = entries
     summary_job = tmp_path / "summary-job"
     download(step("summary", "actions/download-artifact"), {}, artifacts, summary_job)
@@ -784,7 +829,7 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = summary.read_text().splitlines()
     assert lines[:2] == header.splitlines() and len(lines) == 4
-    assert {line.split(" | ")[1] for line in lines[2:]} == {"built", "FAILED"}
+    assert {line.split(" | ")[2] for line in lines[2:]} == {"built", "FAILED"}
 
 
 # --- releases: only tags and the default branch publish, and only publish sees the Hub token --------------------
@@ -987,11 +1032,22 @@ def test_ci_runs_the_projects_test_command():
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["--cpu-only"], ["--gpu", "v"], ["v", "w"], ["--cpu-only", "--cpu-only", "v"], ["v", "--cpu-only"]]
+    "argv",
+    [
+        [],
+        ["--cpu-only"],
+        ["--gpu", "v"],
+        ["v", "w"],
+        ["--cpu-only", "--cpu-only", "v"],
+        ["v", "--cpu-only"],
+        ["--kernel", "v"],
+        ["--kernel", "", "v"],
+        ["--kernel", "a", "--kernel", "b", "v"],
+    ],
 )
 def test_test_variant_needs_one_variant_name(argv):
     result = subprocess.run([TEST_VARIANT, *argv], capture_output=True, text=True)
-    assert result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] VARIANT" in result.stderr
+    assert result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] [--kernel NAME] VARIANT" in result.stderr
 
 
 @pytest.mark.parametrize("flags", [[], ["--cpu-only"]])
@@ -1059,7 +1115,7 @@ def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: 
 
 
 def a_cell(backend: str) -> dict:
-    cells = github_matrix(select(load_matrix(REPO / "build_matrix.yaml"), profile="pr"))["include"]
+    cells = cli_matrix("pr")["include"]
     return next(c for c in cells if c["backend"] == backend and c["arch"] == "x86_64")
 
 
@@ -1094,5 +1150,5 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
     else:
         assert code == 0, stderr
         visible = "" if hidden else "unset"
-        assert tests == [f"kernel-matrix test {cell['variant']} --build-dir build CUDA_VISIBLE_DEVICES={visible}"]
+        assert tests == [f"kernel-matrix test build/{cell['path']} CUDA_VISIBLE_DEVICES={visible}"]
         assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)

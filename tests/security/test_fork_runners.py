@@ -7,15 +7,11 @@ import json
 import os
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import kernel_matrix, matrix_text
 
 from kernel_matrix.github_event import GithubEvent, is_github_hosted
 
-HOSTILE = (
-    (REPO / "build_matrix.yaml")
-    .read_text()
-    .replace("build-runner: [ubuntu-24.04]", "build-runner: [self-hosted, linux, x64, gpu]")
-)
+HOSTILE = matrix_text().replace("build-runner: [ubuntu-24.04]", "build-runner: [self-hosted, linux, x64, gpu]")
 
 
 def github_run(tmp_path, event_name, head="someone/kernel"):

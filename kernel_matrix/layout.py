@@ -1,0 +1,63 @@
+"""The build folder's shape: the only code that knows where things go under --build-dir.
+
+<root>/<variant>/                   a matrix of one kernel (or a --kernel-dir build)
+<root>/<kernel>/<variant>/          a matrix of several kernels: a folder per kernel
+<folder>/logs/<variant>.<kind>      build, container and wheel logs of a variant
+<folder>/.inputs/<variant>.sha256   what a container-built variant was made from
+<root>/.cache/objects/              the compiled-object cache, shared by every kernel
+<root>/summary.md                   the last container build's table
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .variant_dir import METADATA
+
+
+def is_built(variant_dir: Path) -> bool:
+    """A variant folder is complete once its metadata.json is there: it is written last
+    and the folder is renamed into place whole."""
+    return (variant_dir / METADATA).is_file()
+
+
+@dataclass(frozen=True)
+class BuildDir:
+    root: Path  # --build-dir
+    kernel: str | None = None  # the kernel's subfolder, in a matrix of several kernels
+
+    @property
+    def path(self) -> Path:
+        """Where this kernel's variants, logs and input records go."""
+        return self.root / self.kernel if self.kernel else self.root
+
+    def variant(self, name: str) -> Path:
+        return self.path / name
+
+    def is_built(self, name: str) -> bool:
+        return is_built(self.variant(name))
+
+    def relative(self, name: str) -> str:
+        """The variant's folder relative to the root: what a CI artifact holds."""
+        return self.variant(name).relative_to(self.root).as_posix()
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def log(self, name: str, kind: str) -> Path:
+        return self.logs / f"{name}.{kind}"
+
+    def inputs_record(self, name: str) -> Path:
+        # Beside the variants, not inside: it is not part of what is published.
+        return self.path / ".inputs" / f"{name}.sha256"
+
+    @property
+    def cache(self) -> Path:
+        """The default object cache: one for all kernels (keys hold the whole command line)."""
+        return self.root / ".cache" / "objects"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.md"
