@@ -2,7 +2,13 @@
 
 Pure functions build argv lists; `run_steps` runs independent compiles in
 parallel (through the object cache when given one) and the link last. Nothing
-here knows about variant layouts."""
+here knows about variant layouts.
+
+The same sources and toolchain make the same bytes wherever they are built:
+every compile records the folders it reads from under fixed names (`PathMap`),
+nvcc keeps its temporary files beside the object (its default names carry its
+process id) and names the source by its mapped path, and __DATE__/__TIME__ are
+pinned (SOURCE_DATE_EPOCH)."""
 
 from __future__ import annotations
 
@@ -10,9 +16,9 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BuildError
@@ -22,6 +28,49 @@ from .objcache import ObjectCache, cacheable
 PY_LIMITED_API = "0x03090000"
 # torch >= 2.10 headers need C++20 (std::strong_ordering).
 CXX_STD = "-std=c++20"
+# __DATE__ and __TIME__ expand to this moment unless the caller sets its own
+# (gcc, and nvcc through gcc, read it): a build's bytes never depend on the clock.
+SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
+DEFAULT_SOURCE_DATE_EPOCH = "0"
+
+
+def source_date_epoch() -> str:
+    return os.environ.get(SOURCE_DATE_EPOCH) or DEFAULT_SOURCE_DATE_EPOCH
+
+
+@dataclass(frozen=True)
+class PathMap:
+    """Folders whose location differs between machines and checkouts (the kernel,
+    torch's site-packages, kernel-matrix's headers) -> the name recorded for them.
+
+    __FILE__ in a header (torch's TORCH_CHECK messages name their file) and debug
+    information would otherwise embed the host's paths. Each folder is already on
+    the command line (-I, the source), so the object cache keys and shares
+    exactly as before; the build folder is never mapped (nor recorded anywhere)."""
+
+    folders: Mapping[Path, str] = field(default_factory=dict)
+
+    def _ordered(self) -> list[tuple[str, str]]:
+        # gcc tries the last -ffile-prefix-map first and matches a string prefix, so
+        # /x/kernel would also take /x/kernel_matrix/...: longer folders go last.
+        # No trailing slash: -g records the working folder (the kernel) itself.
+        pairs = [(str(old).rstrip("/"), new.rstrip("/")) for old, new in self.folders.items()]
+        return sorted(pairs, key=lambda pair: len(pair[0]))
+
+    def gcc_flags(self) -> list[str]:
+        return [f"-ffile-prefix-map={old}={new}" for old, new in self._ordered()]
+
+    def nvcc_flags(self) -> list[str]:
+        """The same, for the host compiler nvcc runs."""
+        return [f"-Xcompiler={flag}" for flag in self.gcc_flags()]
+
+    def name(self, path: Path) -> str:
+        """path as the compile records it."""
+        text = str(path)
+        for old, new in reversed(self._ordered()):
+            if text.startswith(old):
+                return new + text[len(old) :]
+        return text
 
 
 @dataclass(frozen=True)
@@ -45,13 +94,18 @@ def cxx_compile(
     defines: list[str],
     flags: list[str],
     pre_include: Path | None = None,
+    path_map: PathMap | None = None,
 ) -> list[str]:
+    path_map = path_map or PathMap()
     return [
         cxx,
         CXX_STD,
         "-O3",
         "-fPIC",
         "-fvisibility=hidden",
+        *path_map.gcc_flags(),
+        # Where gcc would draw a random number for a symbol name, the source's name.
+        f"-frandom-seed={path_map.name(source)}",
         *flags,
         *(["-include", str(pre_include)] if pre_include else []),
         *(f"-D{d}" for d in defines),
@@ -74,13 +128,27 @@ def nvcc_compile(
     flags: list[str],
     defines: list[str] = (),
     pre_include: Path | None = None,
+    path_map: PathMap | None = None,
 ) -> list[str]:
+    path_map = path_map or PathMap()
     return [
         str(nvcc),
         CXX_STD,
         "-O3",
         f"-ccbin={cxx}",
         "-Xcompiler=-fPIC,-fvisibility=hidden",
+        # nvcc's temporary files are /tmp/tmpxft_<process id>_..., and gcc records the
+        # name of the file it compiled (the host stub) in the object: with -objtemp
+        # they are <object>.cudafe1.cpp, beside the object, the same in every build.
+        "-objtemp",
+        *path_map.nvcc_flags(),
+        # cudafe++ and cicc name anonymous namespaces (_GLOBAL__N__<hash>) after a
+        # hash of the source's absolute path: give them its mapped name instead
+        # (the later option wins over the one nvcc passes).
+        f"-Xcudafe=--orig_src_path_name={path_map.name(source)}",
+        # NVIDIA's switch for "deterministically identical ptx and object files"
+        # where nvcc would use random numbers in symbol names (also passed to gcc).
+        f"-frandom-seed={path_map.name(source)}",
         *gencode,
         *flags,
         *(["--pre-include", str(pre_include)] if pre_include else []),
@@ -155,8 +223,9 @@ def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError |
     # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
     argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if use_cache else [])]
     started = time.time()
+    env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch()}
     try:
-        result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     except OSError as exc:
         return BuildError(f"{step.label}: cannot run {step.argv[0]}: {exc.strerror}"), False
     if result.returncode != 0:

@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     NETWORK = 9  # a package index or server cannot be reached
     PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
     ENGINE = 11  # no container engine answers
+    NOT_REPRODUCED = 12  # a rebuild from the sources differs from the variant it verifies
 
 
 class KernelMatrixError(Exception):
@@ -69,3 +70,7 @@ class PublishError(KernelMatrixError):
 
 class EngineError(KernelMatrixError):
     exit_code = ExitCode.ENGINE
+
+
+class NotReproducedError(KernelMatrixError):
+    exit_code = ExitCode.NOT_REPRODUCED

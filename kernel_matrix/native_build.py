@@ -16,10 +16,10 @@ from packaging.version import Version
 
 from .buildtoml import BuildConfig, CpuKernel, CudaKernel, MetalKernel, RocmKernel, Torch, XpuKernel, load_build_toml
 from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
-from .compile import PY_LIMITED_API, Step, cxx_compile, link_shared, nvcc_compile, run_steps
+from .compile import PY_LIMITED_API, PathMap, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .errors import BuildError, ConfigError, ToolchainError
 from .objcache import ObjectCache
-from .provenance import git_state
+from .provenance import git_state, toolchain
 from .resources import Parallelism, plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
 from .variant_dir import package_files, render_template, staged, write_metadata, write_python_package
@@ -224,6 +224,19 @@ def build_steps(
     # Insertion-ordered, not a set: a set's order changes from run to run, and
     # so would the binding's command line (and its cache key).
     section_dirs: dict[Path, None] = {}
+    # The same bytes from any checkout and any torch install (compile.PathMap).
+    path_map = PathMap(
+        {
+            kernel_dir: plan.config.general.name,
+            plan.torch.torch_dir.parent: "site-packages",
+            plan.torch.python_include: "python-include",
+            REGISTRATION_INCLUDE.parent: "kernel_matrix",
+            **({Path(os.environ[DEPS_DIR_ENV]): "deps"} if os.environ.get(DEPS_DIR_ENV) else {}),
+        }
+    )
+    # The stage's scratch folder is new every build; -g records it (nvcc's host stub
+    # is compiled there). Mapped outside the cache key, which leaves the output out too.
+    scratch = PathMap({work: "build"})
 
     def compile_step(
         source: Path,
@@ -248,9 +261,14 @@ def build_steps(
                 # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
                 flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
                 pre_include=COMPAT_SYMBOLS,
+                path_map=path_map,
             )
             return Step(
-                f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(str(plan.nvcc.path), plan.cxx)
+                f"compile {source.relative_to(kernel_dir)}",
+                argv,
+                output,
+                compilers=(str(plan.nvcc.path), plan.cxx),
+                tuning=tuple(scratch.nvcc_flags()),
             )
         if source.suffix in _CXX_SUFFIXES:
             argv = cxx_compile(
@@ -261,8 +279,15 @@ def build_steps(
                 defines=defines,
                 flags=[*openmp, *flags],
                 pre_include=COMPAT_SYMBOLS,
+                path_map=path_map,
             )
-            return Step(f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=(plan.cxx,))
+            return Step(
+                f"compile {source.relative_to(kernel_dir)}",
+                argv,
+                output,
+                compilers=(plan.cxx,),
+                tuning=tuple(scratch.gcc_flags()),
+            )
         return None  # headers, and sources of other languages
 
     for name, kernel in plan.sections().items():
@@ -300,6 +325,8 @@ def build_steps(
         includes=[plan.torch.python_include],
         defines=[f"Py_LIMITED_API={PY_LIMITED_API}"],
         flags=[],
+        # In the stage: mapped like the scratch folder (this step is never cached).
+        path_map=PathMap({**path_map.folders, **scratch.folders}),
     )
     compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
     # nvcc compiles a file's CUDA architectures in parallel with the cores the
@@ -307,7 +334,9 @@ def build_steps(
     threads = parallel.nvcc_threads(len(compiles)) if parallel else 1
     if plan.nvcc is not None and threads > 1:
         nvcc = str(plan.nvcc.path)
-        compiles = [replace(s, tuning=(f"--threads={threads}",)) if s.argv[0] == nvcc else s for s in compiles]
+        compiles = [
+            replace(s, tuning=(*s.tuning, f"--threads={threads}")) if s.argv[0] == nvcc else s for s in compiles
+        ]
 
     libs = ["c10", "torch", "torch_cpu"]
     lib_dirs = [plan.torch.lib_dir]
@@ -420,6 +449,12 @@ def build_variant(
             kernel_git=git_state(plan.kernel_dir),
             python_depends=python_depends(plan.config, plan.backend),
             upstream=general.upstream,
+            toolchain=toolchain(
+                torch_version=plan.torch.version,
+                python=plan.torch.python,
+                cxx=plan.cxx,
+                nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+            ),
         )
     return BuildResult(final, compiled=counts[False], cached=counts[True])
 

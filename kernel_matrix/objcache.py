@@ -25,8 +25,16 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-# Variables that change what gcc or nvcc compile without showing on the command line.
-COMPILER_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")
+# Variables that change what gcc or nvcc compile without showing on the command line
+# (SOURCE_DATE_EPOCH: __DATE__ and __TIME__; compile.py pins it when unset).
+COMPILER_ENVIRONMENT = (
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "SOURCE_DATE_EPOCH",
+)
 # Objects kept per command line: one per torch version and CUDA toolchain in use, with room.
 MAX_ENTRIES = 16
 # A make rule's prerequisites are separated by unescaped whitespace.

@@ -26,7 +26,7 @@ from string import Template
 
 from . import __version__
 from .errors import ConfigError
-from .provenance import GitState
+from .provenance import GitState, builder_git_state
 
 METADATA = "metadata.json"
 # What the digest leaves out, as the kernels loader does.
@@ -85,20 +85,25 @@ def write_python_package(
         (compat / "__init__.py").write_text(render_template("compat__init__.py.in", module=module, name=name))
 
 
+def variant_files(variant_dir: Path) -> list[Path]:
+    """Every file of a variant, metadata.json included, but what the loader's digest
+    leaves out (__pycache__, .pyc), in order."""
+    return [
+        path
+        for path in sorted(variant_dir.rglob("*"))
+        if path.is_file()
+        and not _UNHASHED_DIRS & set(path.relative_to(variant_dir).parts)
+        and path.suffix not in _UNHASHED_SUFFIXES
+    ]
+
+
 def digest_files(variant_dir: Path) -> dict[str, str]:
     """sha256 (base64) of every file but metadata.json, keyed by relative POSIX path."""
     digests = {}
-    for path in sorted(variant_dir.rglob("*")):
-        relative = path.relative_to(variant_dir)
-        if (
-            not path.is_file()
-            or relative.as_posix() == METADATA
-            or _UNHASHED_DIRS & set(relative.parts)
-            or path.suffix in _UNHASHED_SUFFIXES
-        ):
-            continue
-        digest = hashlib.sha256(path.read_bytes()).digest()
-        digests[relative.as_posix()] = base64.b64encode(digest).decode("ascii")
+    for path in variant_files(variant_dir):
+        relative = path.relative_to(variant_dir).as_posix()
+        if relative != METADATA:
+            digests[relative] = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode("ascii")
     return digests
 
 
@@ -114,7 +119,12 @@ def write_metadata(
     kernel_git: GitState | None,
     python_depends: list[str],
     upstream: str | None = None,
+    toolchain: dict[str, str] | None = None,
 ) -> dict:
+    """toolchain: provenance.toolchain(), for compiled variants. The git states
+    (the kernel's and kernel-matrix's) and the toolchain are what a rebuild
+    needs to give the same bytes; nothing here depends on where or when it is built."""
+    builder_git = builder_git_state()
     metadata = {
         "name": name,
         "id": module,
@@ -125,12 +135,18 @@ def write_metadata(
         "backend": {"type": backend, **({"archs": archs} if archs is not None else {})},
         "digest": {"algorithm": "sha256", "files": digest_files(variant_dir)},
         "provenance": {
-            "kernel-builder": {"version": f"kernel-matrix {__version__}"},
-            **({"kernel": {"commit": kernel_git.commit, "dirty": kernel_git.dirty}} if kernel_git else {}),
+            # The loader reads kernel-builder's git state beside its version.
+            "kernel-builder": {"version": f"kernel-matrix {__version__}", **(_git(builder_git) if builder_git else {})},
+            **({"kernel": _git(kernel_git)} if kernel_git else {}),
+            **({"toolchain": toolchain} if toolchain else {}),
         },
     }
     (variant_dir / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=False) + "\n")
     return metadata
+
+
+def _git(state: GitState) -> dict:
+    return {"commit": state.commit, "dirty": state.dirty}
 
 
 @contextmanager

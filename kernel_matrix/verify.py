@@ -1,0 +1,271 @@
+"""`kernel-matrix verify`: rebuild variants from the kernel's sources and compare
+every file, byte for byte (sha256), with what was published: variant folders, or
+a release on the Hub (downloaded with huggingface_hub).
+
+A build is reproducible (compile.py): the same sources, kernel-matrix and
+toolchain give the same bytes in any folder. So a variant that differs from its
+rebuild was not built from these sources with this toolchain, or was changed
+since. metadata.json records what the rebuild needs (the git states, the
+toolchain, SOURCE_DATE_EPOCH); where it differs from this host's, the line for
+metadata.json says which fields do. This host rebuilds its own variants (its
+torch, and nvcc for CUDA ones); a variant of another torch or CUDA is reported
+as not verified."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compile import SOURCE_DATE_EPOCH
+from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
+from .variant_dir import METADATA, variant_files
+
+REPO_TYPE = "kernel"
+# Fields of metadata.json named in a difference line before "and N more".
+_SHOWN_FIELDS = 4
+
+
+@dataclass(frozen=True)
+class Outcome:
+    variant: str  # the name, as published
+    files: int  # files compared
+    differences: list[str]  # one line per differing file; empty: identical
+    unverified: str | None = None  # why it could not be rebuilt here
+
+
+def verify_variants(
+    variant_dirs: list[Path],
+    kernel_dir: Path,
+    *,
+    python: str | None = None,
+    label: Callable[[Path], str] = lambda path: path.name,
+    log: Callable[[str], None] = lambda message: None,
+) -> list[Outcome]:
+    """Rebuild each variant (once per name) and compare it with each folder given."""
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-verify-") as scratch:
+        rebuilt: dict[str, Path | str] = {}  # name -> the rebuild, or why there is none
+        for variant_dir in variant_dirs:
+            metadata = read_metadata(variant_dir)
+            name = variant_dir.name
+            if name not in rebuilt:
+                log(f"rebuilding {name} from {kernel_dir}")
+                try:
+                    rebuilt[name] = rebuild(
+                        name, metadata, kernel_dir, Path(scratch) / str(len(rebuilt)), python=python
+                    )
+                except ToolchainError as exc:
+                    rebuilt[name] = str(exc)
+            made = rebuilt[name]
+            if isinstance(made, str):
+                outcomes.append(Outcome(label(variant_dir), 0, [], unverified=made))
+                continue
+            differences = compare(variant_dir, made, label(variant_dir))
+            outcomes.append(Outcome(label(variant_dir), len(variant_files(variant_dir)), differences))
+    return outcomes
+
+
+def read_metadata(variant_dir: Path) -> dict:
+    path = variant_dir / METADATA
+    try:
+        metadata = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}): not a built variant") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    backend = metadata.get("backend") if isinstance(metadata, dict) else None
+    if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
+        raise ConfigError(f"{path}: no backend.type: not a variant's metadata")
+    return metadata
+
+
+def rebuild(name: str, metadata: dict, kernel_dir: Path, out: Path, *, python: str | None) -> Path:
+    """Build `name` natively into out/<name>, as it was built: its backend and CUDA
+    capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
+    independent of it). ToolchainError when this host cannot build that variant."""
+    from .buildtoml import load_build_toml
+    from .native_build import build_noarch, build_variant, plan_build
+
+    backend = metadata["backend"]["type"]
+    recorded = metadata.get("provenance", {}).get("toolchain", {})
+    with _environment(SOURCE_DATE_EPOCH, recorded.get("source-date-epoch") if isinstance(recorded, dict) else None):
+        if load_build_toml(kernel_dir).noarch:
+            made = build_noarch(kernel_dir, out, backends=[backend])
+            if name not in {m.name for m in made}:
+                raise ToolchainError(
+                    f"{name}: {kernel_dir} builds {made[0].name} for the {backend} backend, not {name}"
+                )
+            return out / name
+        archs = metadata["backend"].get("archs")
+        plan = plan_build(
+            kernel_dir, python=python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
+        )
+        if plan.variant.name != name:
+            raise ToolchainError(
+                f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version}), not {name}: "
+                "rebuild it where its torch (and CUDA) are installed"
+            )
+        return build_variant(plan, out).variant_dir
+
+
+def compare(given: Path, rebuilt: Path, label: str) -> list[str]:
+    """One line per file that differs between the two variant folders, or is in one only."""
+    ours, theirs = _digests(given), _digests(rebuilt)
+    lines = []
+    for path in sorted(ours.keys() | theirs.keys()):
+        if path not in theirs:
+            lines.append(f"{label}/{path}: not made by the rebuild")
+        elif path not in ours:
+            lines.append(f"{label}/{path}: missing (the rebuild makes it)")
+        elif ours[path] != theirs[path]:
+            detail = _metadata_fields(given / path, rebuilt / path) if path == METADATA else ""
+            lines.append(f"{label}/{path}: differs (sha256 {ours[path][:16]}, rebuilt {theirs[path][:16]}){detail}")
+    return lines
+
+
+def _digests(variant_dir: Path) -> dict[str, str]:
+    return {
+        path.relative_to(variant_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in variant_files(variant_dir)
+    }
+
+
+def _metadata_fields(given: Path, rebuilt: Path) -> str:
+    """Which fields differ (provenance.toolchain.torch: what the rebuild used differs)."""
+    try:
+        ours, theirs = _flatten(json.loads(given.read_text())), _flatten(json.loads(rebuilt.read_text()))
+    except ValueError:
+        return ": not valid JSON"
+    fields = sorted(key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key))
+    if not fields:
+        return ": the same fields, written differently"
+    shown = [f"{key} {_show(ours.get(key))} vs {_show(theirs.get(key))}" for key in fields[:_SHOWN_FIELDS]]
+    more = f" and {len(fields) - _SHOWN_FIELDS} more" if len(fields) > _SHOWN_FIELDS else ""
+    return ": " + "; ".join(shown) + more
+
+
+def _flatten(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        flat = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def _show(value) -> str:
+    return "absent" if value is None else json.dumps(value)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """name=value while the rebuild runs (the compilers inherit it); unchanged if value is None."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def download_release(repo_id: str, revision: str, dest: Path, variants: list[str]) -> list[Path]:
+    """The release's variant folders (build/<variant>/), or only the named ones,
+    downloaded into dest with huggingface_hub (HF_ENDPOINT, HF_TOKEN as usual)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ConfigError(f"--repo-id {repo_id!r}: {str(exc).splitlines()[0]}") from None
+    patterns = [f"build/{name}/*" for name in variants] or ["build/*"]
+    where = f"{repo_id}@{revision}"
+    try:
+        snapshot_download(repo_id, repo_type=REPO_TYPE, revision=revision, allow_patterns=patterns, local_dir=dest)
+    except RevisionNotFoundError:
+        raise ConfigError(
+            f"{where}: the repo has no revision {revision!r} (a release is a branch v<version>)"
+        ) from None
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise ConfigError(f"{where}: no such kernel repo, or HF_TOKEN may not read it") from None
+    except LocalEntryNotFoundError as exc:  # the connection failed (or HF_HUB_OFFLINE without a copy)
+        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+    except HfHubHTTPError as exc:
+        raise NetworkError(f"{where}: the Hub refused the download: {_first_line(exc)}") from None
+    except OSError as exc:
+        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+    build = dest / "build"
+    found = sorted(d for d in build.iterdir() if (d / METADATA).is_file()) if build.is_dir() else []
+    missing = sorted(set(variants) - {d.name for d in found})
+    if missing:
+        raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in build/")
+    if not found:
+        raise NothingToDoError(f"{where}: no variant in build/ (nothing to verify)")
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def verify_command(
+    variants: list[str],
+    *,
+    repo_id: str | None,
+    revision: str | None,
+    kernel_dir: Path,
+    build_dir: Path,
+    python: str | None,
+    log: Callable[[str], None],
+    report: Callable[[str], None],
+) -> None:
+    """The CLI's `verify`: report each identical variant; raise NotReproducedError
+    (one line per differing file) or ToolchainError (variants not rebuilt here)."""
+    from .buildtoml import load_build_toml
+
+    config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
+    if repo_id is None:
+        if revision is not None:
+            raise ConfigError("--revision is for a Hub release: give --repo-id too")
+        if not variants:
+            raise ConfigError("give the VARIANT folders (or names under --build-dir) to verify, or --repo-id")
+        from .testing import resolve_variant_dir
+
+        # Named by path: two folders of one variant (a copy and the original) stay apart.
+        outcomes = verify_variants(
+            [resolve_variant_dir(v, build_dir) for v in variants], kernel_dir, python=python, label=str, log=log
+        )
+    else:
+        revision = revision or f"v{config.general.version}"
+        with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
+            log(f"downloading {repo_id}@{revision}")
+            found = download_release(repo_id, revision, Path(scratch), variants)
+            outcomes = verify_variants(
+                found, kernel_dir, python=python, label=lambda path: f"build/{path.name}", log=log
+            )
+    for outcome in outcomes:
+        if outcome.unverified is None and not outcome.differences:
+            report(f"identical: {outcome.variant} ({outcome.files} files)")
+    differences = [line for outcome in outcomes for line in outcome.differences]
+    unverified = [f"not verified: {o.variant}: {o.unverified}" for o in outcomes if o.unverified is not None]
+    if differences:
+        raise NotReproducedError("\n".join([*differences, *unverified]))
+    if unverified:
+        raise ToolchainError("\n".join(unverified))
