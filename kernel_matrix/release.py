@@ -56,7 +56,8 @@ def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | No
     except DigestValidationError as exc:
         problems = "; ".join(str(v) for v in exc.violations)
         raise ConfigError(f"{variant_dir}: files differ from its metadata digest ({problems})") from None
-    for library in variant_libraries(variant_dir):
+    # A Python-only (noarch) variant has no library to check.
+    for library in [] if config.noarch else variant_libraries(variant_dir):
         report = check_library(library, manylinux=manylinux)
         if not report.ok:
             raise AbiError(

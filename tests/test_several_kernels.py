@@ -1,0 +1,184 @@
+"""One build_matrix.yaml naming several kernels: each kernel's cells from its own
+build.toml, --kernel to pick, a build folder per kernel, a Hub repo per kernel."""
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import KERNEL_DIR, REPO, kernel_matrix, matrix_text
+from hubserver import HubServer
+from kernels.variants import parse_variant
+
+from kernel_matrix.errors import ExitCode
+from kernel_matrix.selection import Selection
+
+PURE_TOML = """[general]
+name = "pure"
+version = 1
+license = "MIT"
+backends = ["cpu", "cuda", "xpu"]
+
+[general.hub]
+repo-id = "kernel-matrix/pure"
+
+[torch-noarch]
+"""
+PURE_TEST = """import kernels
+import torch
+
+
+def test_double():
+    pure = kernels.get_kernel("kernel-matrix/pure", version=1)
+    assert pure.double(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+"""
+
+
+def make_kernels(root):
+    """Beside img2gray: a CPU-only copy, a stable-ABI copy (cells only: not compiled here) and a Python-only kernel."""
+    for name, edit in (
+        ("gray-cpu", ('backends = ["cpu", "cuda"]', 'backends = ["cpu"]')),
+        ("gray-stable", ("[torch]\n", '[torch]\nstable-abi = "2.12"\n')),
+    ):
+        folder = root / name
+        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
+        toml = folder / "build.toml"
+        text = toml.read_text().replace('name = "img2gray"', f'name = "{name}"').replace(*edit)
+        assert edit[1] in text
+        toml.write_text(text)
+        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name.replace("-", "_"))
+    package = root / "pure" / "torch-ext" / "pure"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("def double(x):\n    return x * 2\n")
+    (root / "pure" / "build.toml").write_text(PURE_TOML)
+    (root / "pure" / "tests").mkdir()
+    (root / "pure" / "tests" / "test_pure.py").write_text(PURE_TEST)
+
+
+def write_matrix(root, kernels, text=None):
+    text = (text or matrix_text()).replace(f"kernel: {REPO / 'kernel'}", "kernels: [" + ", ".join(kernels) + "]")
+    (root / "build_matrix.yaml").write_text(text)
+    return root / "build_matrix.yaml"
+
+
+@pytest.fixture
+def project(tmp_path):
+    make_kernels(tmp_path)
+    write_matrix(tmp_path, [str(KERNEL_DIR), "gray-cpu", "gray-stable", "pure"])
+    return tmp_path
+
+
+def test_each_kernel_gets_the_cells_its_build_toml_allows(project):
+    resolved = Selection(project / "build_matrix.yaml").resolve()
+    by_kernel = {k.name: [c for c in resolved.cells if c.kernel == k.name] for k in resolved.kernels}
+    grid = Selection(REPO / "build_matrix.yaml").resolve().cells
+    assert [c.name for c in by_kernel["img2gray"]] == [c.name for c in grid]
+    assert {c.variant.backend for c in by_kernel["gray-cpu"]} == {"cpu"}
+    assert len(by_kernel["gray-cpu"]) == len([c for c in grid if c.variant.backend == "cpu"])
+    # Stable ABI 2.12: one CUDA variant per CUDA version and arch, built with the newest torch; CPU stays per torch
+    # (the section is for every backend here, so CPU is stable too).
+    stable = by_kernel["gray-stable"]
+    cudas = {(c.variant.cuda, c.variant.arch) for c in grid if c.variant.cuda and c.variant.torch >= "2.12"}
+    assert len([c for c in stable if c.variant.cuda]) == len(cudas)
+    newest = max((c.variant.torch for c in grid), key=lambda t: tuple(map(int, t.split("."))))
+    assert all(c.variant.torch == newest and c.name.startswith("torch-stable-abi212-") for c in stable)
+    assert [c.name for c in by_kernel["pure"]] == ["torch-cpu", "torch-cuda", "torch-xpu"]
+    for cell in resolved.cells:  # every name is one the loader parses back to itself
+        assert parse_variant(cell.name).variant_str == cell.name
+    json_cells = resolved.github_matrix(resolved.cells)["include"]
+    assert {c["path"] for c in json_cells if c["kernel"] == "pure"} == {
+        "pure/torch-cpu",
+        "pure/torch-cuda",
+        "pure/torch-xpu",
+    }
+    assert [c["cpu_test"] for c in json_cells if c["kernel"] == "pure"] == [True, True, False]
+    assert len({c["artifact"] for c in json_cells}) == len(json_cells)
+
+
+def test_kernel_picks_kernels_and_names_the_choices(project):
+    file = str(project / "build_matrix.yaml")
+    result = kernel_matrix("matrix", "--json", "-f", file, "--kernel", "pure", "--kernel", "gray-cpu")
+    assert result.returncode == 0, result.stderr
+    assert {c["kernel"] for c in json.loads(result.stdout)["include"]} == {"pure", "gray-cpu"}
+    result = kernel_matrix("matrix", "-f", file, "--kernel", "gray-cpy")
+    assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1
+    assert "--kernel gray-cpy" in result.stderr and "did you mean gray-cpu?" in result.stderr
+    result = kernel_matrix("matrix", "-f", file, "--kernel", "pure", "--kernel-dir", str(KERNEL_DIR))
+    assert result.returncode == ExitCode.CONFIG and "not both" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("kernels", "message", "line"),
+    [
+        (["pure", "nowhere"], "kernels.1 = 'nowhere'", 6),
+        (["pure", "pure"], "a second kernel named 'pure'", 6),
+    ],
+)
+def test_bad_kernel_lists_are_one_line_naming_the_file_and_line(project, kernels, message, line):
+    path = write_matrix(project, kernels)
+    result = kernel_matrix("matrix", "-f", str(path))
+    assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {path}:{line}:") and message in result.stderr
+
+
+def test_kernel_and_kernels_together_are_refused(project):
+    path = write_matrix(project, ["pure"])
+    path.write_text(path.read_text() + "kernel: pure\n")
+    result = kernel_matrix("matrix", "-f", str(path))
+    assert result.returncode == ExitCode.CONFIG and "`kernel`" in result.stderr and "not both" in result.stderr
+
+
+@pytest.mark.build
+def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
+    """build/<kernel>/<variant> for each kernel; their own tests; clean keeps them; each to its own Hub repo."""
+    make_kernels(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    torch = ".".join(__import__("torch").__version__.split(".")[:2])
+    text = f'torch:\n  "{torch}": ["13.0"]\ncpu: true\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n'
+    file = write_matrix(tmp_path, [str(KERNEL_DIR), "pure"], f"kernel: {REPO / 'kernel'}\n" + text)
+    build = tmp_path / "build"
+    common = ("-f", str(file), "--build-dir", str(build))
+    result = kernel_matrix("build", *common, "--backend", "cpu", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    variant = f"torch{torch.replace('.', '')}-cxx11-cpu-x86_64-linux"
+    assert (build / "img2gray" / variant / "metadata.json").is_file()
+    assert sorted(p.name for p in (build / "pure").iterdir()) == ["torch-cpu"]
+    assert not (build / variant).exists()
+    result = kernel_matrix("test", *common, "--kernel", "pure", "--backend", "cpu", cwd=tmp_path)
+    assert result.returncode == 0 and "1 passed" in result.stdout + result.stderr, result.stderr
+    # clean: a variant the matrix no longer names goes, in a kernel's folder too; the named ones stay.
+    stale = build / "pure" / "torch-metal"
+    shutil.copytree(build / "pure" / "torch-cpu", stale)
+    result = kernel_matrix("clean", *common, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists() and (build / "pure" / "torch-cpu").is_dir() and (build / "img2gray" / variant).is_dir()
+    # publish: both kernels, each to its [general.hub] repo-id (img2gray's CUDA variant is not built here).
+    token = "hf_" + secrets.token_hex(16)
+    with HubServer(trusted_orgs=["kernel-matrix"]) as hub:
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": hub.url,
+            "HF_TOKEN": token,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_CACHE": str(tmp_path / ".hf-cache"),
+        }
+        env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+        result = kernel_matrix("publish", *common, "--allow-partial", "--manylinux", "none", cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        pure = sorted({p.split("/")[1] for p in hub.files("kernel-matrix/pure", "v1") if p.startswith("build/")})
+        assert pure == ["torch-cpu"]
+        gray = sorted({p.split("/")[1] for p in hub.files("kernel-matrix/img2gray", "v1") if p.startswith("build/")})
+        assert gray == [variant]
+        # The real loader finds the Python-only kernel's CPU variant on the Hub, in a fresh process.
+        code = (
+            "import kernels, torch; "
+            "print(kernels.get_kernel('kernel-matrix/pure', version=1, backend='cpu').double(torch.ones(2)).tolist())"
+        )
+        loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert loaded.returncode == 0 and loaded.stdout.strip() == "[2.0, 2.0]", loaded.stderr
+        # --repo-id names one repo: refused for several kernels.
+        result = kernel_matrix("publish", *common, "--repo-id", "kernel-matrix/x", "--allow-partial", env=env)
+        assert result.returncode == ExitCode.CONFIG and "--kernel NAME" in result.stderr
