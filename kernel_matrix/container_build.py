@@ -22,11 +22,13 @@ import docker
 
 from . import images
 from .abi import check_library, variant_libraries
+from .buildtoml import load_build_toml
 from .container_output import check_tree, copy_regular
 from .engine import Limits, Mount, build_user, container
 from .errors import AbiError, BuildError, EngineError, KernelMatrixError
 from .layout import BuildDir, is_built
 from .matrix import Cell
+from .native_build import DEPS_DIR_ENV, declared_dependencies
 from .objcache import ObjectCache
 from .provenance import SOURCE_GIT_ENV, git_state
 from .resources import memory_per_build, plan_parallelism
@@ -39,6 +41,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 RUN_LABEL = "kernel-matrix.run"
 # Where a build container writes new object-cache entries (the shared cache is read-only to it).
 CACHE_WRITES = "/out/.cache-new"
+# Where it finds the host's $KERNEL_MATRIX_DEPS_DIR.
+CONTAINER_DEPS_DIR = "/deps"
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,27 @@ def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str
 
 def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
     """Everything a cell's variant is made from: the cell, the builder image, the
-    kernel's sources and kernel-matrix itself (not its tests or benchmarks)."""
+    kernel's sources, the headers of its dependencies and kernel-matrix itself
+    (not its tests or benchmarks)."""
+    deps = dependencies_dir()
     parts = [
         cell.to_json(),
         image_id,
         _file_digests(kernel_dir, skip=("tests", "benchmarks", ".git", "build")),
         _file_digests(PACKAGE_DIR),
+        *(
+            [name, _file_digests(deps / name)]
+            for name in sorted(declared_dependencies(load_build_toml(kernel_dir)))
+            if deps is not None and (deps / name).is_dir()
+        ),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def dependencies_dir() -> Path | None:
+    """The host's $KERNEL_MATRIX_DEPS_DIR (<dir>/<dependency>/include, e.g. CUTLASS's headers), if it is one."""
+    root = os.environ.get(DEPS_DIR_ENV)
+    return Path(root).resolve() if root and Path(root).is_dir() else None
 
 
 def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
@@ -354,6 +371,10 @@ def build_cell(
             Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
             Mount(Path(private), "/out", read_only=False),
         ]
+        deps = dependencies_dir()
+        if deps is not None:  # the dependencies' headers, read-only, where the build inside looks for them
+            mounts.append(Mount(deps, CONTAINER_DEPS_DIR))
+            env[DEPS_DIR_ENV] = CONTAINER_DEPS_DIR
         if cache_dir is not None:
             # Read-only: new entries go to /out/.cache-new, merged below once checked.
             cache_dir.mkdir(parents=True, exist_ok=True)

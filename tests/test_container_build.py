@@ -174,3 +174,30 @@ def test_shell_enters_the_builder_with_the_kernel_writable(local_cuda_cell, kern
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_dependencys_headers_reach_the_build_container(local_cuda_cell, kernel_copy, tmp_path, monkeypatch):
+    """`depends = [..., "cutlass_3_6"]`: its headers come from the host's $KERNEL_MATRIX_DEPS_DIR, mounted
+    read-only; without it the cell fails with the one line naming the dependency."""
+    toml = kernel_copy / "build.toml"
+    text = toml.read_text()
+    toml.write_text(
+        text.replace('backend = "cuda"\ndepends = []', 'backend = "cuda"\ndepends = ["torch", "cutlass_3_6"]')
+    )
+    source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
+    source.write_text('#include "cutlass/probe.h"\nstatic_assert(CUTLASS_PROBE == 36);\n' + source.read_text())
+    monkeypatch.delenv("KERNEL_MATRIX_DEPS_DIR", raising=False)
+    missing = container_build_cli(local_cuda_cell, tmp_path / "without", kernel_copy, "--cuda-capabilities", "9.0")
+    assert missing.returncode == ExitCode.BUILD
+    assert "depends on cutlass_3_6" in missing.stdout + missing.stderr
+    headers = tmp_path / "deps" / "cutlass_3_6" / "include" / "cutlass"
+    headers.mkdir(parents=True)
+    (headers / "probe.h").write_text("#define CUTLASS_PROBE 36\n")
+    monkeypatch.setenv("KERNEL_MATRIX_DEPS_DIR", str(tmp_path / "deps"))
+    built = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr
+    assert (tmp_path / "with" / local_cuda_cell.name / "metadata.json").is_file()
+    # The headers are an input: changing them builds the cell again.
+    (headers / "probe.h").write_text("#define CUTLASS_PROBE 36\n// changed\n")
+    again = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
+    assert again.returncode == 0 and f"| {local_cuda_cell.name} | built |" in again.stdout, again.stdout[-2000:]
