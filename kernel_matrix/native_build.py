@@ -23,7 +23,7 @@ from .provenance import git_state, toolchain
 from .resources import Parallelism, plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
 from .variant_dir import package_files, render_template, staged, write_metadata, write_python_package
-from .variants import Variant, host_arch, torch_minor
+from .variants import Variant, cuda_major, host_arch, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -141,7 +141,7 @@ def plan_build(
             )
         if nvcc is None:
             raise ToolchainError("nvcc not found (set CUDA_HOME or put nvcc on PATH), or build with --backend cpu")
-        if nvcc.version.split(".")[0] != torch.cuda.split(".")[0]:
+        if cuda_major(nvcc.version) != cuda_major(torch.cuda):
             raise ToolchainError(
                 f"nvcc {nvcc.version} cannot build for torch {torch.version}: "
                 f"the CUDA major versions differ (torch was built with CUDA {torch.cuda})"
@@ -151,13 +151,16 @@ def plan_build(
     cuda = torch.cuda if backend == "cuda" else None
     if refusal := config.refuses(backend, torch_minor(torch.version), cuda):
         raise ToolchainError(f"{kernel_dir / 'build.toml'}: {refusal}: this torch and CUDA cannot build it")
-    variant = Variant(torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch())
     stable = config.torch.stable_abi_for(backend) if config.torch else None
     if stable and Version(torch_minor(torch.version)) < Version(stable):
         raise ToolchainError(
             f"{kernel_dir / 'build.toml'}: torch.stable-abi {stable} for {backend} needs torch >= {stable}, "
             f"not {torch.version}"
         )
+    # A stable-ABI build is named for the ABI version, not the torch it was built with.
+    variant = Variant(
+        torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch(), stable_abi=stable or None
+    )
     sections: dict[str, list[str]] = {}
     if backend == "cuda":
         assert nvcc is not None
@@ -366,6 +369,13 @@ DEPENDENCY_SOURCES = {
     "cutlass_4_4": "CUTLASS 4.4.2",
     "cutlass_4_5": "CUTLASS 4.5.2",
 }
+
+
+def declared_dependencies(config: BuildConfig) -> set[str]:
+    """The dependencies beyond torch that the sections kernel-matrix builds declare."""
+    return {d for backend in ("cpu", "cuda") for k in config.kernels_for(backend).values() for d in k.depends} - {
+        "torch"
+    }
 
 
 def dependency_includes(kernel_dir: Path, section: str, depends: list[str]) -> list[Path]:
