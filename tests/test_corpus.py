@@ -171,27 +171,3 @@ def test_a_dependency_that_is_not_there_is_one_line_exit_4(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "depends on cutlass_3_8 (CUTLASS 3.8.0 headers)" in errors[0]
     assert "KERNEL_MATRIX_DEPS_DIR" in errors[0]
-
-
-def readme_block(heading: str) -> list[str]:
-    """The command lines of the first ```sh block under a README heading."""
-    text = (REPO / "README.md").read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1]
-    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line.strip()]
-
-
-@pytest.mark.build
-def test_the_readme_commands_for_your_kernel_work_verbatim():
-    commands = readme_block("Use it for your kernel")
-    assert len(commands) == 3 and all(c.startswith(".venv/bin/kernel-matrix ") for c in commands)
-    if not (REPO / ".venv" / "bin" / "kernel-matrix").exists():
-        pytest.skip("no .venv: scripts/setup-dev makes it")
-    target = REPO / "build" / "relu"
-    shutil.rmtree(target, ignore_errors=True)
-    try:
-        for command in commands:
-            result = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True)
-            assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
-    finally:
-        shutil.rmtree(target, ignore_errors=True)
