@@ -1047,7 +1047,9 @@ def test_ci_runs_the_projects_test_command():
 )
 def test_test_variant_needs_one_variant_name(argv):
     result = subprocess.run([TEST_VARIANT, *argv], capture_output=True, text=True)
-    assert result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] [--kernel NAME] VARIANT" in result.stderr
+    assert (
+        result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] [--kernel NAME] VARIANT" in result.stderr
+    )
 
 
 @pytest.mark.parametrize("flags", [[], ["--cpu-only"]])
