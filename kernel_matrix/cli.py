@@ -707,8 +707,9 @@ def verify(
         kernel_dir=kernel_dir,
         build_dir=build_dir,
         python=python,
-        log=lambda message: console.print(message, markup=False, highlight=False),
-        report=lambda line: stdout.print(line, markup=False, highlight=False),
+        # Unwrapped: a line names a file and its digests, for people and scripts alike.
+        log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
+        report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
     )
 
 

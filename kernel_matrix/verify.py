@@ -6,10 +6,12 @@ A build is reproducible (compile.py): the same sources, kernel-matrix and
 toolchain give the same bytes in any folder. So a variant that differs from its
 rebuild was not built from these sources with this toolchain, or was changed
 since. metadata.json records what the rebuild needs (the git states, the
-toolchain, SOURCE_DATE_EPOCH); where it differs from this host's, the line for
-metadata.json says which fields do. This host rebuilds its own variants (its
-torch, and nvcc for CUDA ones); a variant of another torch or CUDA is reported
-as not verified."""
+toolchain, SOURCE_DATE_EPOCH). Its provenance says how each build was made, so
+it may differ between a variant and its rebuild elsewhere (a container's Python,
+kernel-matrix's git state) while every byte the variant is made of, and the rest
+of metadata.json, is the same: that is reported as a note, not a difference.
+This host rebuilds its own variants (its torch, and nvcc for CUDA ones); a
+variant of another torch or CUDA is reported as not verified."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compile import SOURCE_DATE_EPOCH
@@ -37,6 +39,7 @@ class Outcome:
     files: int  # files compared
     differences: list[str]  # one line per differing file; empty: identical
     unverified: str | None = None  # why it could not be rebuilt here
+    notes: list[str] = field(default_factory=list)  # provenance that differs from the rebuild's
 
 
 def verify_variants(
@@ -66,8 +69,8 @@ def verify_variants(
             if isinstance(made, str):
                 outcomes.append(Outcome(label(variant_dir), 0, [], unverified=made))
                 continue
-            differences = compare(variant_dir, made, label(variant_dir))
-            outcomes.append(Outcome(label(variant_dir), len(variant_files(variant_dir)), differences))
+            differences, notes = compare(variant_dir, made, label(variant_dir))
+            outcomes.append(Outcome(label(variant_dir), len(variant_files(variant_dir)), differences, notes=notes))
     return outcomes
 
 
@@ -114,19 +117,24 @@ def rebuild(name: str, metadata: dict, kernel_dir: Path, out: Path, *, python: s
         return build_variant(plan, out).variant_dir
 
 
-def compare(given: Path, rebuilt: Path, label: str) -> list[str]:
-    """One line per file that differs between the two variant folders, or is in one only."""
+def compare(given: Path, rebuilt: Path, label: str) -> tuple[list[str], list[str]]:
+    """Lines for the files that differ between two variant folders (or are in one
+    only), and notes for a metadata.json that differs in its provenance alone."""
     ours, theirs = _digests(given), _digests(rebuilt)
-    lines = []
+    lines, notes = [], []
     for path in sorted(ours.keys() | theirs.keys()):
         if path not in theirs:
             lines.append(f"{label}/{path}: not made by the rebuild")
         elif path not in ours:
             lines.append(f"{label}/{path}: missing (the rebuild makes it)")
         elif ours[path] != theirs[path]:
-            detail = _metadata_fields(given / path, rebuilt / path) if path == METADATA else ""
+            fields = _metadata_fields(given / path, rebuilt / path) if path == METADATA else None
+            if fields and all(key.startswith("provenance.") for key in fields):
+                notes.append(f"{label}/{path}: the same but for how it was built: {_describe(fields)}")
+                continue
+            detail = f": {_describe(fields)}" if fields else ""
             lines.append(f"{label}/{path}: differs (sha256 {ours[path][:16]}, rebuilt {theirs[path][:16]}){detail}")
-    return lines
+    return lines, notes
 
 
 def _digests(variant_dir: Path) -> dict[str, str]:
@@ -136,18 +144,23 @@ def _digests(variant_dir: Path) -> dict[str, str]:
     }
 
 
-def _metadata_fields(given: Path, rebuilt: Path) -> str:
-    """Which fields differ (provenance.toolchain.torch: what the rebuild used differs)."""
+def _metadata_fields(given: Path, rebuilt: Path) -> dict[str, tuple[object, object]] | None:
+    """The fields of two metadata.json files that differ: {dotted key: (given, rebuilt)}."""
     try:
         ours, theirs = _flatten(json.loads(given.read_text())), _flatten(json.loads(rebuilt.read_text()))
     except ValueError:
-        return ": not valid JSON"
-    fields = sorted(key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key))
-    if not fields:
-        return ": the same fields, written differently"
-    shown = [f"{key} {_show(ours.get(key))} vs {_show(theirs.get(key))}" for key in fields[:_SHOWN_FIELDS]]
+        return None
+    return {
+        key: (ours.get(key), theirs.get(key))
+        for key in sorted(ours.keys() | theirs.keys())
+        if ours.get(key) != theirs.get(key)
+    }
+
+
+def _describe(fields: dict[str, tuple[object, object]]) -> str:
+    shown = [f"{key} {_show(a)} vs {_show(b)}" for key, (a, b) in list(fields.items())[:_SHOWN_FIELDS]]
     more = f" and {len(fields) - _SHOWN_FIELDS} more" if len(fields) > _SHOWN_FIELDS else ""
-    return ": " + "; ".join(shown) + more
+    return "; ".join(shown) + more
 
 
 def _flatten(value, prefix: str = "") -> dict[str, object]:
@@ -261,6 +274,8 @@ def verify_command(
                 found, kernel_dir, python=python, label=lambda path: f"build/{path.name}", log=log
             )
     for outcome in outcomes:
+        for note in outcome.notes:
+            log(f"note: {note}")
         if outcome.unverified is None and not outcome.differences:
             report(f"identical: {outcome.variant} ({outcome.files} files)")
     differences = [line for outcome in outcomes for line in outcome.differences]

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_DIR, REPO, kernel_matrix
+from conftest import KERNEL_DIR, REPO, container_build_cli, kernel_matrix
 from hubserver import HubServer
 
 from kernel_matrix.errors import ExitCode
@@ -124,6 +124,19 @@ def test_no_host_path_is_recorded_in_the_library(builds):
     assert b"img2gray/torch-ext/torch_binding.cpp" in data and b"site-packages/torch/include/" in data
 
 
+def test_a_cell_built_twice_in_its_builder_image_is_byte_identical(local_cuda_cell, kernel_copy, tmp_path):
+    made = []
+    for build_dir in (tmp_path / "a", tmp_path / "b" / "deeper"):
+        result = container_build_cli(
+            local_cuda_cell, build_dir, kernel_copy, "--no-cache", "--cuda-capabilities", "9.0"
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+        made.append(build_dir / local_cuda_cell.name)
+    assert files(made[0]) == files(made[1])
+    toolchain = json.loads((made[0] / "metadata.json").read_text())["provenance"]["toolchain"]
+    assert toolchain["torch"].startswith(local_cuda_cell.variant.torch + ".") and toolchain["nvcc"]
+
+
 @pytest.fixture(scope="module")
 def cpu_variant(build_sets):
     """The CPU variant of the cold build, and the kernel it was built from."""
@@ -142,17 +155,31 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("error:")]
 
 
-def test_verify_names_the_one_changed_file_of_local_variants(cpu_variant, tmp_path):
+def edit_metadata(variant: Path, change) -> None:
+    metadata = json.loads((variant / "metadata.json").read_text())
+    change(metadata)
+    (variant / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+
+
+def test_verify_names_each_changed_file_of_local_variants(cpu_variant, tmp_path):
     variant, kernel = cpu_variant
-    good, bad = tmp_path / "good" / variant.name, tmp_path / "bad" / variant.name
-    shutil.copytree(variant, good)
-    shutil.copytree(variant, bad)
-    flip_one_byte(the_library(bad))
-    result = cli("verify", str(good), str(bad), "--kernel-dir", str(kernel))
+    copies = {name: tmp_path / name / variant.name for name in ("same", "library", "license", "provenance")}
+    for copy in copies.values():
+        shutil.copytree(variant, copy)
+    flip_one_byte(the_library(copies["library"]))
+    edit_metadata(copies["license"], lambda m: m.update(license="MIT"))
+    # How it was built (another Python, in a container) is not what it is: a note, not a difference.
+    edit_metadata(copies["provenance"], lambda m: m["provenance"]["toolchain"].update(python="3.11.0"))
+    result = cli("verify", *map(str, copies.values()), "--kernel-dir", str(kernel))
     assert result.returncode == ExitCode.NOT_REPRODUCED, result.stderr
-    assert f"identical: {good} (5 files)" in result.stdout
-    (line,) = error_lines(result)
-    assert line.startswith(f"error: {the_library(bad)}: differs (sha256 ")
+    for name in ("same", "provenance"):
+        assert f"identical: {copies[name]} (5 files)" in result.stdout
+    assert f"note: {copies['provenance']}/metadata.json: the same but for how it was built: " in result.stderr
+    assert 'provenance.toolchain.python "3.11.0" vs "' in result.stderr
+    library, license = error_lines(result)  # one line per differing file, nothing else
+    assert library.startswith(f"error: {the_library(copies['library'])}: differs (sha256 ")
+    assert license.startswith(f"error: {copies['license']}/metadata.json: differs (sha256 ")
+    assert license.endswith('license "MIT" vs "Apache-2.0"')
 
 
 def test_verify_refuses_what_it_cannot_check_in_one_line(cpu_variant, tmp_path):
