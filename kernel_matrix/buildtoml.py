@@ -9,8 +9,9 @@ import difflib
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, cast
 
 from packaging.version import Version as PackagingVersion
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -117,7 +118,8 @@ class Torch(Section):
     def stable_abi_for(self, backend: str) -> str | None:
         """The torch version whose stable ABI this backend's build targets, if any."""
         if isinstance(self.stable_abi, dict):
-            return self.stable_abi.get(backend)  # type: ignore[call-overload]
+            # Any backend may be asked for: one the table does not name has none.
+            return self.stable_abi.get(cast(Backend, backend))
         return self.stable_abi
 
 
@@ -171,7 +173,13 @@ class XpuKernel(_KernelSection):
 
 
 Kernel = Annotated[CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel, Field(discriminator="backend")]
-_KERNEL_MODELS = {"cpu": CpuKernel, "cuda": CudaKernel, "metal": MetalKernel, "rocm": RocmKernel, "xpu": XpuKernel}
+_KERNEL_MODELS: dict[str, type[_KernelSection]] = {
+    "cpu": CpuKernel,
+    "cuda": CudaKernel,
+    "metal": MetalKernel,
+    "rocm": RocmKernel,
+    "xpu": XpuKernel,
+}
 FRAMEWORKS = ("torch", "torch-noarch", "tvm-ffi")
 
 
@@ -247,9 +255,10 @@ _EDITION_5_ONLY = [
 ]
 
 
-def _check_edition(path: Path, text: str, raw: dict) -> None:
+def _check_edition(path: Path, text: str, raw: dict[str, Any]) -> None:
     """Edition 5 as is, edition 4 (no `edition`) upgraded in memory, older ones refused."""
-    general = raw.get("general") if isinstance(raw.get("general"), dict) else {}
+    section = raw.get("general")
+    general: dict[str, Any] = section if isinstance(section, dict) else {}
     edition = general.get("edition")
     migrate = "migrate it with `kernel-builder update-build` (it writes edition 5)"
     if edition is None:
@@ -280,7 +289,7 @@ def _lookup(data: object, loc: tuple[str, ...]) -> object:
     return data
 
 
-def _check_framework(path: Path, text: str, raw: dict, config: BuildConfig) -> None:
+def _check_framework(path: Path, text: str, raw: dict[str, Any], config: BuildConfig) -> None:
     found = [name for name in FRAMEWORKS if name in raw]
     if len(found) != 1:
         line, col = toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)
@@ -296,7 +305,7 @@ def _check_framework(path: Path, text: str, raw: dict, config: BuildConfig) -> N
         )
 
 
-def _section_model(raw: dict, loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
     """The model of the table at loc (for "did you mean" on an unknown key)."""
     model: type[BaseModel] | None = BuildConfig
     for index, part in enumerate(loc):
@@ -311,8 +320,8 @@ def _section_model(raw: dict, loc: tuple[str | int, ...]) -> type[BaseModel] | N
     return model
 
 
-def _first_problem(path: Path, text: str, raw: dict, exc: ValidationError) -> str:
-    error = exc.errors()[0]
+def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationError) -> str:
+    error: Mapping[str, Any] = exc.errors()[0]
     loc = tuple(error["loc"])
     # A [kernel.*] section's errors carry its backend tag after the name: not a key of the file.
     if len(loc) >= 3 and loc[0] == "kernel" and loc[2] in _KERNEL_MODELS:

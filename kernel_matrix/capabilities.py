@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from packaging.version import Version
 
 from . import data
 
 
-def default_capabilities(cuda_version: str, table: list[dict] | None = None) -> list[str]:
+def default_capabilities(cuda_version: str, table: list[dict[str, Any]] | None = None) -> list[str]:
     """The row of `table` (default: data/cuda_capabilities.yaml) for cuda_version."""
     for row in table if table is not None else data.load("cuda_capabilities"):
         if Version(cuda_version) >= Version(row["min_cuda"]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Set
 from pathlib import Path
 
 from .errors import ConfigError
@@ -38,7 +39,7 @@ def project_root(matrix_file: Path, build_dir: Path) -> Path:
 
 
 def find_artifacts(
-    root: Path, build_dir: Path, keep_variants: set[str], kernel_folders: set[str] = frozenset()
+    root: Path, build_dir: Path, keep_variants: set[str], kernel_folders: Set[str] = frozenset()
 ) -> list[Path]:
     """root: a project_root() (checked); what clean would remove there, in order.
     keep_variants: the matrix's variant folders relative to build_dir (relu/torch...-linux

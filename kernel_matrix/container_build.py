@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -126,7 +127,13 @@ def dependencies_dir() -> Path | None:
     return Path(root).resolve() if root and Path(root).is_dir() else None
 
 
-def builder_for(client: docker.DockerClient, cell: Cell, image_kind: str, pip: images.PipSetup, log=print) -> str:
+def builder_for(
+    client: docker.DockerClient,
+    cell: Cell,
+    image_kind: str,
+    pip: images.PipSetup,
+    log: Callable[[str], None] = print,
+) -> str:
     """The cell's builder image, made (once) if it is missing."""
     if image_kind == "official":
         variant = cell.variant
@@ -183,7 +190,7 @@ def build_cells(
     image_kind: str,
     jobs: int | None,
     cache_dir: Path | None = None,
-    log=print,
+    log: Callable[[str], None] = print,
     on_status: Callable[[Cell, str], None] = lambda cell, status: None,
 ) -> list[CellResult]:
     """Every cell, up to `jobs` at once; a failing cell never stops the others.
@@ -206,7 +213,9 @@ def build_cells(
         image = None
         try:
             image = builder_for(client, cell, image_kind, pip, log)
-            inputs = input_hash(cell, client.images.get(image).id, kernel_dir.resolve())
+            image_id = client.images.get(image).id
+            assert image_id is not None  # the engine's images all have one
+            inputs = input_hash(cell, image_id, kernel_dir.resolve())
             record = BuildDir(build_dir).inputs_record(cell.name)
             built = is_built(build_dir / cell.name)
             if built and record.is_file() and record.read_text() == inputs:
@@ -281,7 +290,7 @@ def run_builds(
     image_kind: str,
     jobs: int | None,
     cache_dir: Path | None,
-    log=print,
+    log: Callable[[str], None] = print,
     progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
 ) -> list[CellResult]:
     """Each kernel's cells in turn (its cells in parallel); a failing cell or kernel never
@@ -345,7 +354,7 @@ def build_cell(
     cache_dir: Path | None = None,
     run_label: str = "",
     limits: Limits | None = None,
-) -> tuple[Path, dict]:
+) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
     and the build's statistics (objects compiled and cached)."""

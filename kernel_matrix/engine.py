@@ -11,12 +11,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from docker.errors import DockerException, ImageNotFound
 
 import docker
 
 from .errors import EngineError
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container as ContainerHandle
 
 START_HINT = 'start one with `eval "$(scripts/docker-engine start)"` (or point DOCKER_HOST at a running engine)'
 # Who builds in a container when the caller is root: nobody, so that a build
@@ -41,7 +45,7 @@ class Limits:
     pids: int = PIDS_LIMIT
     scratch: str = "/tmp"
 
-    def create_args(self) -> dict:
+    def create_args(self) -> dict[str, Any]:
         tmpfs_options = "rw,exec,nosuid,nodev,mode=1777" + (f",size={self.memory}" if self.memory else "")
         return {
             "read_only": True,
@@ -86,11 +90,13 @@ class RunResult:
 class Container:
     """A started container that runs commands until the context exits."""
 
-    handle: object
+    handle: ContainerHandle
     name: str
 
     def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, workdir: str | None = None) -> RunResult:
         exit_code, output = self.handle.exec_run(list(argv), environment=env or {}, workdir=workdir, demux=False)
+        # Neither streamed nor detached: an exit code and the whole output (the stubs allow for both).
+        assert exit_code is not None and not isinstance(output, Iterator)
         return RunResult(exit_code, (output or b"").decode("utf-8", "replace"))
 
 
@@ -136,6 +142,7 @@ def container(
         raise EngineError(f"cannot create a container of {image}: {_reason(exc)}") from None
     try:
         handle.start()
+        assert handle.name is not None  # create() returns the container as inspected: the engine named it
         yield Container(handle=handle, name=handle.name)
     except DockerException as exc:
         raise EngineError(f"container of {image}: {_reason(exc)}") from None

@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Events that run a pull request's files (its head or merge commit).
 PULL_REQUEST_EVENTS = frozenset(
@@ -45,7 +46,7 @@ class GithubEvent:
         name = environ.get("GITHUB_EVENT_NAME") or None
         if name is None:
             return GithubEvent(name=None, from_fork=False)
-        payload: dict = {}
+        payload: dict[str, Any] = {}
         path = environ.get("GITHUB_EVENT_PATH")
         if path:
             try:
@@ -56,7 +57,7 @@ class GithubEvent:
         return GithubEvent(name=name, from_fork=_from_fork(name, payload, environ.get("GITHUB_REPOSITORY", "")))
 
 
-def _from_fork(name: str, payload: dict, repository: str) -> bool:
+def _from_fork(name: str, payload: dict[str, Any], repository: str) -> bool:
     """A pull request (or a run it triggered) whose head is in another repository.
     A head that cannot be read (a deleted fork, a missing payload) counts as a fork."""
     if name in PULL_REQUEST_EVENTS - {"merge_group"}:

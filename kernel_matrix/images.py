@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def offline_base(client: docker.DockerClient, log=print) -> str:
+def offline_base(client: docker.DockerClient, log: Callable[[str], None] = print) -> str:
     mirror = debian_mirror()
     tag = f"kernel-matrix/offline-base:{_digest(OFFLINE_SUITE, mirror, OFFLINE_PACKAGES)}"
     if _present(client, tag):
@@ -187,7 +188,14 @@ class PipSetup:
 
 
 def builder_image(
-    client: docker.DockerClient, base: str, *, torch: str, cuda: str | None, torch_index: str, pip: PipSetup, log=print
+    client: docker.DockerClient,
+    base: str,
+    *,
+    torch: str,
+    cuda: str | None,
+    torch_index: str,
+    pip: PipSetup,
+    log: Callable[[str], None] = print,
 ) -> str:
     """The builder for one torch minor (and CUDA version): found by its hash, else made once."""
     if cuda and str(cuda_major(cuda)) != OFFLINE_CUDA_MAJOR:
@@ -261,7 +269,7 @@ def official_builder(
     torch: str,
     cuda: str | None,
     torch_index: str,
-    log=print,
+    log: Callable[[str], None] = print,
     dockerfile: Path = DOCKERFILE,
 ) -> str:
     """The production builder: docker/builder.Dockerfile on the official CUDA

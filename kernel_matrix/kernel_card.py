@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .buildtoml import BuildConfig
 
 
-def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict]) -> str:
+def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str, Any]]) -> str:
     """variants: variant name -> its metadata.json."""
     general = config.general
     rows = []

@@ -5,19 +5,28 @@ profile) to cells; all pruning happens here, never in workflow YAML."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import data
 from .capabilities import default_capabilities
 from .errors import ConfigError
 from .github_event import GithubEvent, is_github_hosted
-from .matrix_schema import ArchRunners, CapabilityRow, CellSelector, CellSpec, MatrixFile, TorchRelease, Upstream
+from .matrix_schema import (
+    Arch,
+    ArchRunners,
+    CapabilityRow,
+    CellSelector,
+    CellSpec,
+    MatrixFile,
+    TorchRelease,
+    Upstream,
+)
 from .variants import Variant, cuda_tag, host_arch
 from .yamlsource import Located, YamlProblems, load_located
 
@@ -93,7 +102,8 @@ class _Problems:
     """Collects `file:line:col: message` lines, to raise them together."""
 
     def __init__(self, path: Path, located: Located) -> None:
-        self.path, self.located, self.lines = path, located, []
+        self.path, self.located = path, located
+        self.lines: list[str] = []
 
     def add(self, where: tuple[str | int, ...], message: str) -> None:
         line, col = self.located.position(where)
@@ -140,16 +150,17 @@ def _data_path(data: Any, loc: Iterable[str | int]) -> tuple[str | int, ...]:
     path: list[str | int] = []
     node = data
     for part in loc:
-        if (isinstance(node, dict) and part in node) or (
+        present = (isinstance(node, dict) and part in node) or (
             isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        ):
+        )
+        if present:
             node = node[part]
             path.append(part)
     return tuple(path)
 
 
 # Which section a key belongs to, for "did you mean" on unknown keys.
-_SECTIONS = {
+_SECTIONS: dict[tuple[str | int, ...], type[BaseModel]] = {
     (): MatrixFile,
     ("upstream",): Upstream,
     ("archs", "*"): ArchRunners,
@@ -160,7 +171,7 @@ _SECTIONS = {
 }
 
 
-def _describe(error: dict, where: tuple[str | int, ...], located: Located) -> str:
+def _describe(error: Mapping[str, Any], where: tuple[str | int, ...], located: Located) -> str:
     if error["type"] == "extra_forbidden":
         key = where[-1]
         shape = where[:1] + ("*",) * (len(where) - 2) if len(where) > 1 else ()
@@ -198,7 +209,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
                 + suggest(torch, releases),
             )
             continue
-        cudas = release.cuda if wanted == "all" else wanted
+        cudas = wanted if isinstance(wanted, list) else release.cuda  # a list, or "all" it ships
         for index, cuda in enumerate(cudas):
             if cuda not in release.cuda:
                 problems.add(
@@ -220,7 +231,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
 
     cells: dict[str, Cell] = {}
 
-    def add_cell(torch: str, cuda: str | None, arch: str, where: tuple) -> None:
+    def add_cell(torch: str, cuda: str | None, arch: Arch, where: tuple[str | int, ...]) -> None:
         variant = Variant(torch=torch, backend="cuda" if cuda else "cpu", cuda=cuda, arch=arch)
         if variant.name in cells:
             problems.add(where, f"duplicate cell: {variant.name} is already in the matrix")
@@ -273,7 +284,8 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
         else:
             add_cell(include.torch, cuda, include.arch, where)
 
-    _check_capabilities(spec, capability_table, toolkits, {c.variant.cuda for c in cells.values()} - {None}, problems)
+    cuda_versions = {c.variant.cuda for c in cells.values() if c.variant.cuda is not None}
+    _check_capabilities(spec, capability_table, toolkits, cuda_versions, problems)
     _check_torch_index(spec, releases, cells.values(), problems)
     problems.raise_if_any()
     if not cells:
@@ -284,12 +296,12 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
     )
 
 
-def _cell_order(cell: Cell) -> tuple:
+def _cell_order(cell: Cell) -> tuple[Version, bool, Version, str]:
     v = cell.variant
     return (Version(v.torch), v.backend != "cpu", Version(v.cuda or "0"), v.arch)
 
 
-def _matches(cell: Cell, selector) -> bool:
+def _matches(cell: Cell, selector: CellSelector) -> bool:
     v = cell.variant
     return (
         (selector.torch is None or selector.torch == v.torch)
@@ -298,7 +310,7 @@ def _matches(cell: Cell, selector) -> bool:
     )
 
 
-def _image(spec: MatrixFile, cuda: str | None, arch: str, toolkits: dict) -> str:
+def _image(spec: MatrixFile, cuda: str | None, arch: str, toolkits: dict[str, Any]) -> str:
     key = cuda or "cpu"
     if key in spec.images:
         return spec.images[key]
@@ -318,7 +330,9 @@ def _torch_index(spec: MatrixFile, release: TorchRelease, cuda: str | None) -> s
     return "pypi" if on_pypi else pytorch
 
 
-def _check_torch_index(spec: MatrixFile, releases: dict, cells: Iterable[Cell], problems: _Problems) -> None:
+def _check_torch_index(
+    spec: MatrixFile, releases: dict[str, TorchRelease], cells: Iterable[Cell], problems: _Problems
+) -> None:
     if spec.torch_index != "pypi":
         return
     for cell in cells:
@@ -335,7 +349,7 @@ def _check_torch_index(spec: MatrixFile, releases: dict, cells: Iterable[Cell], 
 
 
 def _check_capabilities(
-    spec: MatrixFile, table: list[dict], toolkits: dict, cudas: set[str], problems: _Problems
+    spec: MatrixFile, table: list[dict[str, Any]], toolkits: dict[str, Any], cudas: set[str], problems: _Problems
 ) -> None:
     if spec.cuda_capabilities is None:
         return
@@ -457,7 +471,8 @@ def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None
     if not event.hosted_runners_only:
         return
     problems = _Problems(matrix.path, matrix.located)
-    for arch in sorted({cell.variant.arch for cell in cells}):
+    used = {cell.variant.arch for cell in cells}
+    for arch in sorted(a for a in matrix.spec.archs if a in used):
         labels = matrix.spec.archs[arch].build_runner
         if not is_github_hosted(labels):
             problems.add(

@@ -8,13 +8,23 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
 
-from .buildtoml import BuildConfig, CpuKernel, CudaKernel, MetalKernel, RocmKernel, Torch, XpuKernel, load_build_toml
+from .buildtoml import (
+    BuildConfig,
+    CpuKernel,
+    CudaKernel,
+    Dependency,
+    MetalKernel,
+    RocmKernel,
+    Torch,
+    XpuKernel,
+    load_build_toml,
+)
 from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
 from .compile import PY_LIMITED_API, PathMap, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .errors import BuildError, ConfigError, ToolchainError
@@ -371,14 +381,14 @@ DEPENDENCY_SOURCES = {
 }
 
 
-def declared_dependencies(config: BuildConfig) -> set[str]:
+def declared_dependencies(config: BuildConfig) -> set[Dependency]:
     """The dependencies beyond torch that the sections kernel-matrix builds declare."""
     return {d for backend in ("cpu", "cuda") for k in config.kernels_for(backend).values() for d in k.depends} - {
         "torch"
     }
 
 
-def dependency_includes(kernel_dir: Path, section: str, depends: list[str]) -> list[Path]:
+def dependency_includes(kernel_dir: Path, section: str, depends: Sequence[str]) -> list[Path]:
     """The include dirs of a section's `depends` (torch's are always there)."""
     found = []
     for dependency in depends:

@@ -5,23 +5,28 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from .matrix import Cell
+
 _COLOURS = {"building": "yellow", "built": "green", "up to date": "green", "FAILED": "red"}
 
 
 class CellProgress:
-    def __init__(self, console: Console, names: list[str]):
+    def __init__(self, console: Console, names: list[str]) -> None:
         self.console = console
         self.status = dict.fromkeys(names, "waiting")
         self.since = dict.fromkeys(names, time.monotonic())
         self._lock = threading.Lock()  # cells report from their own threads
 
-    def __call__(self, cell, status: str) -> None:
+    def __call__(self, cell: Cell, status: str) -> None:
         with self._lock:
             self.status[cell.name] = status
             self.since[cell.name] = time.monotonic() if status == "building" else self.since[cell.name]
@@ -40,7 +45,7 @@ class CellProgress:
 
 
 @contextmanager
-def live_progress(console: Console, names: list[str]):
+def live_progress(console: Console, names: list[str]) -> Iterator[CellProgress]:
     progress = CellProgress(console, names)
     if not console.is_terminal:
         yield progress

@@ -14,7 +14,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
@@ -22,10 +23,13 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, Revi
 from .errors import ConfigError, NetworkError, PublishError
 from .release import ReleaseFile
 
-try:  # huggingface_hub >= 2 speaks HTTP through the httpx2 fork
+if TYPE_CHECKING:  # checked against the httpx2 the environment has
     import httpx2 as httpx
-except ImportError:  # pragma: no cover
-    import httpx
+else:
+    try:  # huggingface_hub >= 2 speaks HTTP through the httpx2 fork
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover
+        import httpx
 
 REPO_TYPE = "kernel"
 TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
@@ -46,8 +50,10 @@ class Plan:
     def has_changes(self) -> bool:
         return bool(self.added or self.changed or self.deleted)
 
-    def operations(self) -> list:
-        ops: list = [CommitOperationAdd(f.path_in_repo, str(f.local)) for f in self.added + self.changed]
+    def operations(self) -> list[CommitOperationAdd | CommitOperationDelete]:
+        ops: list[CommitOperationAdd | CommitOperationDelete] = [
+            CommitOperationAdd(f.path_in_repo, str(f.local)) for f in self.added + self.changed
+        ]
         ops += [CommitOperationDelete(path) for path in self.deleted]
         return ops
 
@@ -209,8 +215,8 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def _tag(api: HfApi, repo_id: str, tag: str, commit: str) -> None:
-    """Tag the release commit; an existing tag must already point at it."""
+def _tag(api: HfApi, repo_id: str, tag: str, commit: str | None) -> None:
+    """Tag the release commit (None: main's head); an existing tag must already point at it."""
     refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     existing = next((ref.target_commit for ref in refs.tags if ref.name == tag), None)
     if existing is None:
@@ -218,7 +224,7 @@ def _tag(api: HfApi, repo_id: str, tag: str, commit: str) -> None:
     elif existing != commit:
         raise PublishError(
             f"{repo_id}: tag {tag} already points at {existing[:12]}, not at this release "
-            f"({commit[:12]}): use a new tag"
+            f"({commit[:12] if commit else 'main'}): use a new tag"
         )
 
 
@@ -251,7 +257,9 @@ class explain_refusals:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         if exc is None:
             return False
         if isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError)) or _status(exc) == 404:

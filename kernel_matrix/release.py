@@ -7,6 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .abi import check_library, variant_libraries
 from .buildtoml import BuildConfig
@@ -29,7 +30,7 @@ def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict:
+def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict[str, Any]:
     """The variant's metadata.json, after checking it matches the kernel, its
     digest holds, and its libraries pass the ABI gate."""
     from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
@@ -63,7 +64,8 @@ def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | No
             raise AbiError(
                 f"{library}: fails the ABI gate: {', '.join(report.abi3_violations + report.manylinux_violations)}"
             )
-    return json.loads(metadata_path.read_text())
+    checked: dict[str, Any] = json.loads(metadata_path.read_text())
+    return checked
 
 
 def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
@@ -84,7 +86,7 @@ def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
 
 @dataclass(frozen=True)
 class Release:
-    metadata: dict[str, dict]  # variant name -> metadata.json, in matrix order
+    metadata: dict[str, dict[str, Any]]  # variant name -> metadata.json, in matrix order
     files: list[ReleaseFile]
 
 

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ConfigError, TestFailure
@@ -39,14 +40,14 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
 
 
 def run_installed_tests(
-    package: str, tests_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
+    package: str, tests_dir: Path, *, python: str | None = None, pytest_args: Sequence[str] = ()
 ) -> None:
     """Run tests_dir against `package` as installed in python's environment (a wheel)."""
     _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
 
 
 def run_kernel_tests(
-    variant_dir: Path, kernel_dir: Path, *, python: str | None = None, pytest_args: list[str] = ()
+    variant_dir: Path, kernel_dir: Path, *, python: str | None = None, pytest_args: Sequence[str] = ()
 ) -> str:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
@@ -97,7 +98,7 @@ def _run_pytest(
     tests_dir: Path,
     *,
     python: str | None,
-    pytest_args: list[str],
+    pytest_args: Sequence[str],
     allow_empty: bool = False,
     cwd: Path | None = None,
 ) -> int:

@@ -37,7 +37,8 @@ def fetch_index_page(url: str) -> str | None:
     request = urllib.request.Request(url, headers={"Accept": "text/html"})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.read().decode("utf-8", "replace")
+            body: bytes = response.read()  # urlopen is typed Any
+            return body.decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,7 +188,9 @@ class WheelResult:
         return self.wheel is not None
 
 
-def build_wheels(work: list[KernelCells], *, image_kind: str, out_dir: Path, log=print) -> list[WheelResult]:
+def build_wheels(
+    work: list[KernelCells], *, image_kind: str, out_dir: Path, log: Callable[[str], None] = print
+) -> list[WheelResult]:
     """A wheel per cell, in the cell's builder image; one cell's failure never stops the others."""
     from docker.errors import DockerException
 

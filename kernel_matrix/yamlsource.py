@@ -88,8 +88,11 @@ def load_located(text: str) -> Located:
     return located
 
 
+_KINDS: dict[type[yaml.Node], str] = {yaml.SequenceNode: "list", yaml.MappingNode: "mapping"}
+
+
 def _kind(node: yaml.Node) -> str:
-    return {yaml.SequenceNode: "list", yaml.MappingNode: "mapping"}.get(type(node), "single value")
+    return _KINDS.get(type(node), "single value")
 
 
 def _where(node: yaml.Node) -> tuple[int, int]:

@@ -29,6 +29,7 @@ def test_the_package_ships_every_file_it_reads(tmp_path):
         "kernel_matrix/templates/module.cpp.in",
         "kernel_matrix/templates/_ops.py.in",
         "kernel_matrix/data/torch_releases.yaml",
+        "kernel_matrix/py.typed",  # type checkers read the package's annotations
     }
     assert expected <= files, sorted(expected - files)
     # docker/builder.Dockerfile, where readers look for it, is the same file.
