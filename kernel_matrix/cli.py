@@ -6,7 +6,9 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,7 +20,12 @@ from .layout import BuildDir
 from .variants import ImageKind
 
 if TYPE_CHECKING:
-    from .selection import Kernel, Selection
+    from .compile import Step
+    from .matrix import Matrix
+    from .native_build import BuildResult
+    from .objcache import ObjectCache
+    from .publish import Plan
+    from .selection import Kernel, Resolved, Selection
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -49,7 +56,14 @@ OnlyOption = Annotated[
 VariantOption = Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")]
 
 
-def _selection(file, profile=None, only=None, variant=None, kernel=None, kernel_dir=None) -> Selection:
+def _selection(
+    file: Path,
+    profile: str | None = None,
+    only: str | None = None,
+    variant: list[str] | None = None,
+    kernel: list[str] | None = None,
+    kernel_dir: Path | None = None,
+) -> Selection:
     from .selection import Selection
 
     return Selection(
@@ -191,7 +205,7 @@ def _write_github_output(outputs: dict[str, str]) -> None:
             f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
 
 
-def _each_kernel(kernels, action) -> None:
+def _each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kernel, str | None], None]) -> None:
     """action(kernel, subfolder) for each kernel; with several, one kernel's failure
     is reported and the others still run."""
     from .errors import BuildError, KernelMatrixError
@@ -286,7 +300,15 @@ def build(
     _each_kernel(_selection(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
 
-def _build_native(kernel: Kernel, where: BuildDir, python, backend, jobs, capabilities, cache) -> None:
+def _build_native(
+    kernel: Kernel,
+    where: BuildDir,
+    python: str | None,
+    backend: str | None,
+    jobs: int | None,
+    capabilities: list[str] | None,
+    cache: ObjectCache | None,
+) -> None:
     from .native_build import build_noarch, build_variant, plan_build
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
@@ -310,7 +332,7 @@ def _build_native(kernel: Kernel, where: BuildDir, python, backend, jobs, capabi
     started = time.monotonic()
     with console.status(f"building {plan.variant.name}") as status:
 
-        def report(step, cached):
+        def report(step: Step, cached: bool) -> None:
             console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
             status.update(f"building {plan.variant.name}")
 
@@ -329,7 +351,7 @@ def _build_native(kernel: Kernel, where: BuildDir, python, backend, jobs, capabi
     console.print(summary)
 
 
-def _write_build_stats(where: BuildDir, variant: str, seconds: float, result) -> None:
+def _write_build_stats(where: BuildDir, variant: str, seconds: float, result: BuildResult) -> None:
     """logs/<variant>.build.json: what a container build reports in its summary."""
     import json
 
@@ -339,13 +361,22 @@ def _write_build_stats(where: BuildDir, variant: str, seconds: float, result) ->
     path.write_text(json.dumps(stats) + "\n")
 
 
-def _image_kind(image: ImageKind | None, profile: str | None, matrix) -> str:
+def _image_kind(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:
     """--image, else the matrix's; the local profile is what this host builds, where
     no registry is assumed, so its builders stand on the offline base."""
     return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
 
 
-def _build_in_containers(resolved, build_dir, profile, image, jobs, cache_dir, no_cache, capabilities) -> None:
+def _build_in_containers(
+    resolved: Resolved,
+    build_dir: Path,
+    profile: str | None,
+    image: ImageKind | None,
+    jobs: int | None,
+    cache_dir: Path | None,
+    no_cache: bool,
+    capabilities: list[str] | None,
+) -> None:
     import dataclasses
     import os
 
@@ -656,7 +687,7 @@ def _repo_id(option: str | None, kernel: Kernel, *, several: bool) -> str:
     return repo_id
 
 
-def _print_plan(plan, *, dry_run: bool) -> None:
+def _print_plan(plan: Plan, *, dry_run: bool) -> None:
     table = Table(
         title=f"{plan.repo_id}@{plan.branch}" + (" (dry run: nothing written)" if dry_run else ""), show_edge=False
     )
@@ -713,7 +744,7 @@ def verify(
     )
 
 
-def _interrupt_on_sigterm(signum, frame) -> None:
+def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # CI runners and `docker stop` send SIGTERM: unwind like Ctrl-C, so that
     # containers are removed and staged builds deleted on the way out.
     raise KeyboardInterrupt
@@ -741,7 +772,8 @@ def main() -> None:
         typer.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
         raise SystemExit(ExitCode.CONFIG) from None
     except click.ClickException as exc:  # a bad option or argument
-        command = f"{exc.ctx.command_path}: " if getattr(exc, "ctx", None) else ""
+        ctx = getattr(exc, "ctx", None)  # usage errors carry the command's context
+        command = f"{ctx.command_path}: " if ctx else ""
         _error(command + " ".join(exc.format_message().split()))
         raise SystemExit(ExitCode.CONFIG) from None
     except typer.Abort:  # end of input at a prompt

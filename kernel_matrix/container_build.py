@@ -284,7 +284,7 @@ def build_cells(
 
 
 def run_builds(
-    client: docker.DockerClient,
+    client: docker.DockerClient | None,
     work: list[KernelCells],
     *,
     image_kind: str,
@@ -295,13 +295,14 @@ def run_builds(
 ) -> list[CellResult]:
     """Each kernel's cells in turn (its cells in parallel); a failing cell or kernel never
     stops the others. A Python-only kernel's torch-<backend> variants need no compiler, so
-    no container: they are made here."""
+    no container: they are made here. client: None only where every kernel is Python-only."""
     results: list[CellResult] = []
     for item in work:
         item.build_dir.path.mkdir(parents=True, exist_ok=True)
         if item.kernel.config.noarch:
             results += _build_noarch_cells(item)
             continue
+        assert client is not None  # the caller connects when a kernel compiles
         with progress([c.name for c in item.cells]) as on_status:
             results += build_cells(
                 client,
