@@ -16,7 +16,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +126,7 @@ def nvcc_compile(
     includes: list[Path],
     gencode: list[str],
     flags: list[str],
-    defines: list[str] = (),
+    defines: Sequence[str] = (),
     pre_include: Path | None = None,
     path_map: PathMap | None = None,
 ) -> list[str]:
@@ -162,7 +162,7 @@ def nvcc_compile(
 
 
 def link_shared(
-    cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str], flags: list[str] = ()
+    cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str], flags: Sequence[str] = ()
 ) -> list[str]:
     # No rpath: torch and the CUDA runtime are already loaded by `import torch`
     # when the loader imports the kernel, and are found by soname.
@@ -216,12 +216,13 @@ def run_steps(
 
 def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError | None, bool]:
     step.output.parent.mkdir(parents=True, exist_ok=True)
-    use_cache = cache is not None and bool(step.compilers) and cacheable(list(step.compilers))
-    if use_cache and cache.fetch(step.argv, step.output, list(step.compilers)):
+    if cache is not None and not (step.compilers and cacheable(list(step.compilers))):
+        cache = None  # a compile whose compilers the cache cannot identify is not cached
+    if cache is not None and cache.fetch(step.argv, step.output, list(step.compilers)):
         return None, True
     depfile = step.output.with_name(step.output.name + ".d")
     # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
-    argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if use_cache else [])]
+    argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if cache is not None else [])]
     started = time.time()
     env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch()}
     try:
@@ -232,6 +233,6 @@ def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError |
         log = f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}"
         first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
         return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log), False
-    if use_cache:
+    if cache is not None:
         cache.store(step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started)
     return None, False

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 # Variables that change what gcc or nvcc compile without showing on the command line
 # (SOURCE_DATE_EPOCH: __DATE__ and __TIME__; compile.py pins it when unset).
@@ -119,7 +120,7 @@ class ObjectCache:
                 self._write(self._manifest_path(key, self.root), json.dumps(merged).encode())
         return added
 
-    def _sound(self, entry: dict) -> bool:
+    def _sound(self, entry: dict[str, Any]) -> bool:
         inputs, obj = entry.get("inputs"), entry.get("object")
         return (
             isinstance(inputs, dict)
@@ -133,7 +134,7 @@ class ObjectCache:
             and (self.root / "objects" / obj).is_file()
         )
 
-    def _entries(self, key: str, root: Path | None = None) -> list[dict]:
+    def _entries(self, key: str, root: Path | None = None) -> list[dict[str, Any]]:
         try:
             entries = json.loads(self._manifest_path(key, root or self.root).read_text())
         except (OSError, ValueError):

@@ -40,7 +40,7 @@ def git_state(path: Path, *, env: str = SOURCE_GIT_ENV) -> GitState | None:
     if shutil.which("git") is None:
         return None
 
-    def git(*args: str) -> subprocess.CompletedProcess:
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, check=False)
 
     head = git("rev-parse", "--verify", "HEAD")

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from . import __version__
 from .errors import ConfigError
@@ -120,7 +121,7 @@ def write_metadata(
     python_depends: list[str],
     upstream: str | None = None,
     toolchain: dict[str, str] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """toolchain: provenance.toolchain(), for compiled variants. The git states
     (the kernel's and kernel-matrix's) and the toolchain are what a rebuild
     needs to give the same bytes; nothing here depends on where or when it is built."""
@@ -145,7 +146,7 @@ def write_metadata(
     return metadata
 
 
-def _git(state: GitState) -> dict:
+def _git(state: GitState) -> dict[str, Any]:
     return {"commit": state.commit, "dirty": state.dirty}
 
 
