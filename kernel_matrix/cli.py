@@ -724,11 +724,21 @@ def verify(
     kernel_dir: Annotated[Path, typer.Option(help="The kernel's sources, in kernel-builder layout.")] = Path("kernel"),
     build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),
     python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
+    file: Annotated[
+        Path, typer.Option("--file", "-f", help="The matrix file, whose cells other variants are rebuilt as.")
+    ] = Path("build_matrix.yaml"),
+    image: Annotated[
+        ImageKind | None, typer.Option(help="Builder base for container rebuilds (default: the matrix's).")
+    ] = None,
+    in_container: Annotated[
+        bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
+    ] = False,
 ) -> None:
     """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
 
-    Exit 0 when every file is identical; 12 (one line per differing file) when one
-    differs; 4 when a variant cannot be rebuilt on this host (another torch or CUDA)."""
+    This host's variants are rebuilt natively, other cells of the matrix in their
+    builder image. Exit 0 when every file is identical; 12 (one line per differing
+    file) when one differs; 4 when a variant cannot be rebuilt here."""
     from .verify import verify_command
 
     verify_command(
@@ -738,6 +748,9 @@ def verify(
         kernel_dir=kernel_dir,
         build_dir=build_dir,
         python=python,
+        matrix_file=file,
+        image_kind=image.value if image else None,
+        in_container=in_container,
         # Unwrapped: a line names a file and its digests, for people and scripts alike.
         log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
         report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),

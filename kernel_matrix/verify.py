@@ -10,8 +10,10 @@ toolchain, SOURCE_DATE_EPOCH). Its provenance says how each build was made, so
 it may differ between a variant and its rebuild elsewhere (a container's Python,
 kernel-matrix's git state) while every byte the variant is made of, and the rest
 of metadata.json, is the same: that is reported as a note, not a difference.
-This host rebuilds its own variants (its torch, and nvcc for CUDA ones); a
-variant of another torch or CUDA is reported as not verified."""
+This host rebuilds its own variants natively (its torch, and nvcc for CUDA
+ones); another cell of the matrix is rebuilt in its builder image (as
+`kernel-matrix build --variant` builds it), or is reported as not verified where
+no engine answers."""
 
 from __future__ import annotations
 
@@ -42,13 +44,109 @@ class Outcome:
     notes: list[str] = field(default_factory=list)  # provenance that differs from the rebuild's
 
 
+@dataclass(frozen=True)
+class Rebuilder:
+    """How variants are rebuilt: natively, from kernel_dir against python's torch, or
+    in the builder image of their cell of matrix_file (always, with in_container)."""
+
+    kernel_dir: Path
+    python: str | None = None
+    matrix_file: Path | None = None  # None: native rebuilds only
+    image_kind: str | None = None  # offline or official; None: the matrix's
+    in_container: bool = False
+    log: Callable[[str], None] = lambda message: None
+
+    def rebuild(self, name: str, metadata: dict, out: Path) -> Path:
+        """Build `name` into out/<name> as it was built: its backend and CUDA
+        capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
+        independent of it). ToolchainError when it cannot be rebuilt here."""
+        from .buildtoml import load_build_toml
+
+        if load_build_toml(self.kernel_dir).noarch:  # Python only: nothing to build in a container
+            return self._native(name, metadata, out)
+        native_refusal = None
+        if not self.in_container:
+            try:
+                return self._native(name, metadata, out)
+            except ToolchainError as exc:
+                if self.matrix_file is None:
+                    raise
+                native_refusal = str(exc)
+                self.log(f"{exc}: rebuilding it in its builder image")
+        try:
+            return self._in_container(name, metadata, out)
+        except ToolchainError as exc:
+            raise ToolchainError(f"{native_refusal}; {exc}" if native_refusal else str(exc)) from None
+
+    def _native(self, name: str, metadata: dict, out: Path) -> Path:
+        from .buildtoml import load_build_toml
+        from .native_build import build_noarch, build_variant, plan_build
+
+        backend = metadata["backend"]["type"]
+        with _environment(SOURCE_DATE_EPOCH, _recorded(metadata, "source-date-epoch")):
+            if load_build_toml(self.kernel_dir).noarch:
+                made = build_noarch(self.kernel_dir, out, backends=[backend])
+                if name not in {m.name for m in made}:
+                    raise ToolchainError(
+                        f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend, not {name}"
+                    )
+                return out / name
+            archs = metadata["backend"].get("archs")
+            plan = plan_build(
+                self.kernel_dir,
+                python=self.python,
+                backend=backend,
+                cuda_capabilities=archs if backend == "cuda" else None,
+            )
+            if plan.variant.name != name:
+                raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
+            return build_variant(plan, out).variant_dir
+
+    def _in_container(self, name: str, metadata: dict, out: Path) -> Path:
+        """The cell's build in its builder image, the same that `build --variant` runs."""
+        import dataclasses
+
+        from docker.errors import DockerException
+
+        from .container_build import build_cell, builder_for
+        from .engine import connect
+        from .errors import EngineError
+        from .images import PipSetup
+        from .selection import Selection
+
+        try:
+            resolved = Selection(file=self.matrix_file, variants=(name,), kernel_dir=self.kernel_dir).resolve()
+            client = connect()
+        except (ConfigError, EngineError) as exc:
+            raise ToolchainError(f"no container rebuild: {_first_line(exc)}") from None
+        (cell,) = [c for c in resolved.cells if c.name == name]
+        archs = metadata["backend"].get("archs")
+        if cell.variant.cuda and archs:  # the capabilities it was built for, as natively
+            cell = dataclasses.replace(cell, capabilities=tuple(archs))
+        image = builder_for(client, cell, self.image_kind or resolved.matrix.spec.image, PipSetup.from_host(), self.log)
+        recorded = _recorded(metadata, "builder-image")
+        if recorded and recorded != client.images.get(image).id:
+            self.log(f"note: {name} was built in {recorded}; {image} is {client.images.get(image).id}")
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            made, _ = build_cell(client, cell, image, kernel_dir=self.kernel_dir, build_dir=out, jobs=None)
+        except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this
+            raise ToolchainError(f"the container rebuild failed: {_first_line(exc)}") from None
+        return made
+
+
+def _recorded(metadata: dict, key: str) -> str | None:
+    """A field of metadata.json's provenance.toolchain (absent in older variants)."""
+    toolchain = metadata.get("provenance", {}).get("toolchain", {})
+    value = toolchain.get(key) if isinstance(toolchain, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def verify_variants(
     variant_dirs: list[Path],
-    kernel_dir: Path,
+    rebuilder: Rebuilder,
     *,
-    python: str | None = None,
     label: Callable[[Path], str] = lambda path: path.name,
-    log: Callable[[str], None] = lambda message: None,
 ) -> list[Outcome]:
     """Rebuild each variant (once per name) and compare it with each folder given."""
     outcomes = []
@@ -58,11 +156,9 @@ def verify_variants(
             metadata = read_metadata(variant_dir)
             name = variant_dir.name
             if name not in rebuilt:
-                log(f"rebuilding {name} from {kernel_dir}")
+                rebuilder.log(f"rebuilding {name} from {rebuilder.kernel_dir}")
                 try:
-                    rebuilt[name] = rebuild(
-                        name, metadata, kernel_dir, Path(scratch) / str(len(rebuilt)), python=python
-                    )
+                    rebuilt[name] = rebuilder.rebuild(name, metadata, Path(scratch) / str(len(rebuilt)))
                 except ToolchainError as exc:
                     rebuilt[name] = str(exc)
             made = rebuilt[name]
@@ -86,35 +182,6 @@ def read_metadata(variant_dir: Path) -> dict:
     if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
         raise ConfigError(f"{path}: no backend.type: not a variant's metadata")
     return metadata
-
-
-def rebuild(name: str, metadata: dict, kernel_dir: Path, out: Path, *, python: str | None) -> Path:
-    """Build `name` natively into out/<name>, as it was built: its backend and CUDA
-    capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
-    independent of it). ToolchainError when this host cannot build that variant."""
-    from .buildtoml import load_build_toml
-    from .native_build import build_noarch, build_variant, plan_build
-
-    backend = metadata["backend"]["type"]
-    recorded = metadata.get("provenance", {}).get("toolchain", {})
-    with _environment(SOURCE_DATE_EPOCH, recorded.get("source-date-epoch") if isinstance(recorded, dict) else None):
-        if load_build_toml(kernel_dir).noarch:
-            made = build_noarch(kernel_dir, out, backends=[backend])
-            if name not in {m.name for m in made}:
-                raise ToolchainError(
-                    f"{name}: {kernel_dir} builds {made[0].name} for the {backend} backend, not {name}"
-                )
-            return out / name
-        archs = metadata["backend"].get("archs")
-        plan = plan_build(
-            kernel_dir, python=python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
-        )
-        if plan.variant.name != name:
-            raise ToolchainError(
-                f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version}), not {name}: "
-                "rebuild it where its torch (and CUDA) are installed"
-            )
-        return build_variant(plan, out).variant_dir
 
 
 def compare(given: Path, rebuilt: Path, label: str) -> tuple[list[str], list[str]]:
@@ -246,6 +313,9 @@ def verify_command(
     kernel_dir: Path,
     build_dir: Path,
     python: str | None,
+    matrix_file: Path,
+    image_kind: str | None,
+    in_container: bool,
     log: Callable[[str], None],
     report: Callable[[str], None],
 ) -> None:
@@ -254,6 +324,14 @@ def verify_command(
     from .buildtoml import load_build_toml
 
     config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
+    rebuilder = Rebuilder(
+        kernel_dir,
+        python=python,
+        matrix_file=matrix_file,
+        image_kind=image_kind,
+        in_container=in_container,
+        log=log,
+    )
     if repo_id is None:
         if revision is not None:
             raise ConfigError("--revision is for a Hub release: give --repo-id too")
@@ -262,17 +340,13 @@ def verify_command(
         from .testing import resolve_variant_dir
 
         # Named by path: two folders of one variant (a copy and the original) stay apart.
-        outcomes = verify_variants(
-            [resolve_variant_dir(v, build_dir) for v in variants], kernel_dir, python=python, label=str, log=log
-        )
+        outcomes = verify_variants([resolve_variant_dir(v, build_dir) for v in variants], rebuilder, label=str)
     else:
         revision = revision or f"v{config.general.version}"
         with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
             log(f"downloading {repo_id}@{revision}")
             found = download_release(repo_id, revision, Path(scratch), variants)
-            outcomes = verify_variants(
-                found, kernel_dir, python=python, label=lambda path: f"build/{path.name}", log=log
-            )
+            outcomes = verify_variants(found, rebuilder, label=lambda path: f"build/{path.name}")
     for outcome in outcomes:
         for note in outcome.notes:
             log(f"note: {note}")

@@ -124,7 +124,7 @@ def test_no_host_path_is_recorded_in_the_library(builds):
     assert b"img2gray/torch-ext/torch_binding.cpp" in data and b"site-packages/torch/include/" in data
 
 
-def test_a_cell_built_twice_in_its_builder_image_is_byte_identical(local_cuda_cell, kernel_copy, tmp_path):
+def test_a_cell_built_twice_in_its_builder_image_is_byte_identical_and_verifies(local_cuda_cell, kernel_copy, tmp_path):
     made = []
     for build_dir in (tmp_path / "a", tmp_path / "b" / "deeper"):
         result = container_build_cli(
@@ -135,6 +135,15 @@ def test_a_cell_built_twice_in_its_builder_image_is_byte_identical(local_cuda_ce
     assert files(made[0]) == files(made[1])
     toolchain = json.loads((made[0] / "metadata.json").read_text())["provenance"]["toolchain"]
     assert toolchain["torch"].startswith(local_cuda_cell.variant.torch + ".") and toolchain["nvcc"]
+    # verify rebuilds it the same way: in the cell's builder image, with the capabilities it records.
+    flip_one_byte(the_library(made[1]))
+    result = kernel_matrix(
+        "verify", *map(str, made), "--in-container", "--image", "offline", "--kernel-dir", str(kernel_copy)
+    )
+    assert result.returncode == ExitCode.NOT_REPRODUCED, result.stdout[-2000:] + result.stderr
+    assert f"identical: {made[0]} (5 files)" in result.stdout
+    (line,) = error_lines(result)
+    assert line.startswith(f"error: {the_library(made[1])}: differs (sha256 ")
 
 
 @pytest.fixture(scope="module")
