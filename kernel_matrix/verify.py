@@ -25,12 +25,15 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from .compile import SOURCE_DATE_EPOCH
 from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
 from .variant_dir import METADATA, variant_files
 
 REPO_TYPE = "kernel"
+# A variant's metadata.json, read as JSON (read_metadata checks backend.type).
+Metadata = dict[str, Any]
 # Fields of metadata.json named in a difference line before "and N more".
 _SHOWN_FIELDS = 4
 
@@ -56,7 +59,7 @@ class Rebuilder:
     in_container: bool = False
     log: Callable[[str], None] = lambda message: None
 
-    def rebuild(self, name: str, metadata: dict, out: Path) -> Path:
+    def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path:
         """Build `name` into out/<name> as it was built: its backend and CUDA
         capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
         independent of it). ToolchainError when it cannot be rebuilt here."""
@@ -78,7 +81,7 @@ class Rebuilder:
         except ToolchainError as exc:
             raise ToolchainError(f"{native_refusal}; {exc}" if native_refusal else str(exc)) from None
 
-    def _native(self, name: str, metadata: dict, out: Path) -> Path:
+    def _native(self, name: str, metadata: Metadata, out: Path) -> Path:
         from .buildtoml import load_build_toml
         from .native_build import build_noarch, build_variant, plan_build
 
@@ -102,7 +105,7 @@ class Rebuilder:
                 raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
             return build_variant(plan, out).variant_dir
 
-    def _in_container(self, name: str, metadata: dict, out: Path) -> Path:
+    def _in_container(self, name: str, metadata: Metadata, out: Path) -> Path:
         """The cell's build in its builder image, the same that `build --variant` runs."""
         import dataclasses
 
@@ -114,6 +117,8 @@ class Rebuilder:
         from .images import PipSetup
         from .selection import Selection
 
+        if self.matrix_file is None:
+            raise ToolchainError("no container rebuild: no matrix file names the cells")
         try:
             resolved = Selection(file=self.matrix_file, variants=(name,), kernel_dir=self.kernel_dir).resolve()
             client = connect()
@@ -135,7 +140,7 @@ class Rebuilder:
         return made
 
 
-def _recorded(metadata: dict, key: str) -> str | None:
+def _recorded(metadata: Metadata, key: str) -> str | None:
     """A field of metadata.json's provenance.toolchain (absent in older variants)."""
     toolchain = metadata.get("provenance", {}).get("toolchain", {})
     value = toolchain.get(key) if isinstance(toolchain, dict) else None
@@ -170,7 +175,7 @@ def verify_variants(
     return outcomes
 
 
-def read_metadata(variant_dir: Path) -> dict:
+def read_metadata(variant_dir: Path) -> Metadata:
     path = variant_dir / METADATA
     try:
         metadata = json.loads(path.read_text())
@@ -181,7 +186,7 @@ def read_metadata(variant_dir: Path) -> dict:
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
     if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
         raise ConfigError(f"{path}: no backend.type: not a variant's metadata")
-    return metadata
+    return cast(Metadata, metadata)
 
 
 def compare(given: Path, rebuilt: Path, label: str) -> tuple[list[str], list[str]]:
@@ -230,16 +235,16 @@ def _describe(fields: dict[str, tuple[object, object]]) -> str:
     return "; ".join(shown) + more
 
 
-def _flatten(value, prefix: str = "") -> dict[str, object]:
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
     if isinstance(value, dict):
-        flat = {}
+        flat: dict[str, object] = {}
         for key, item in value.items():
             flat.update(_flatten(item, f"{prefix}{key}."))
         return flat
     return {prefix.rstrip("."): value}
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     return "absent" if value is None else json.dumps(value)
 
 
