@@ -768,10 +768,13 @@ def _error(line: str) -> None:
 
 
 def main() -> None:
-    try:  # typer >= 0.22 carries its own copy of click
+    if TYPE_CHECKING:  # checked against the typer the environment has
         from typer._click import exceptions as click
-    except ImportError:  # pragma: no cover - older typer uses click itself
-        from click import exceptions as click  # type: ignore[no-redef]
+    else:
+        try:  # typer >= 0.22 carries its own copy of click
+            from typer._click import exceptions as click
+        except ImportError:  # pragma: no cover - older typer uses click itself
+            from click import exceptions as click
 
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:

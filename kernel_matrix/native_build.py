@@ -189,7 +189,8 @@ def plan_build(
             sections[name] = chosen
     capabilities = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
     if backend == "cuda" and not capabilities:  # no CUDA section: the binding alone, for the defaults
-        capabilities = select_capabilities(None, nvcc.version, cuda_capabilities)  # type: ignore[union-attr]
+        assert nvcc is not None  # a CUDA build without one was refused above
+        capabilities = select_capabilities(None, nvcc.version, cuda_capabilities)
     return BuildPlan(
         config=config,
         kernel_dir=kernel_dir,
