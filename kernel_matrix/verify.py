@@ -10,10 +10,10 @@ toolchain, SOURCE_DATE_EPOCH). Its provenance says how each build was made, so
 it may differ between a variant and its rebuild elsewhere (a container's Python,
 kernel-matrix's git state) while every byte the variant is made of, and the rest
 of metadata.json, is the same: that is reported as a note, not a difference.
-This host rebuilds its own variants natively (its torch, and nvcc for CUDA
-ones); another cell of the matrix is rebuilt in its builder image (as
-`kernel-matrix build --variant` builds it), or is reported as not verified where
-no engine answers."""
+A variant is rebuilt natively where this host builds it (its torch, and nvcc
+for CUDA ones) with the toolchain it records; otherwise in its cell's builder
+image (as `kernel-matrix build --variant` builds it); a variant of another torch
+or CUDA is reported as not verified where no engine answers."""
 
 from __future__ import annotations
 
@@ -25,11 +25,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .compile import SOURCE_DATE_EPOCH
 from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
 from .variant_dir import METADATA, variant_files
+
+if TYPE_CHECKING:
+    from .native_build import BuildPlan
 
 REPO_TYPE = "kernel"
 # A variant's metadata.json, read as JSON (read_metadata checks backend.type).
@@ -62,48 +65,63 @@ class Rebuilder:
     def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path:
         """Build `name` into out/<name> as it was built: its backend and CUDA
         capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
-        independent of it). ToolchainError when it cannot be rebuilt here."""
+        independent of it). Natively where this host builds that variant with the
+        toolchain it records; in its builder image where it does not (or with
+        in_container). ToolchainError when it cannot be rebuilt here."""
         from .buildtoml import load_build_toml
 
-        if load_build_toml(self.kernel_dir).noarch:  # Python only: nothing to build in a container
-            return self._native(name, metadata, out)
-        native_refusal = None
-        if not self.in_container:
-            try:
-                return self._native(name, metadata, out)
-            except ToolchainError as exc:
-                if self.matrix_file is None:
-                    raise
-                native_refusal = str(exc)
-                self.log(f"{exc}: rebuilding it in its builder image")
-        try:
+        if load_build_toml(self.kernel_dir).noarch:  # Python only: no toolchain, nothing to build in a container
+            return self._native_noarch(name, metadata, out)
+        if self.in_container:
             return self._in_container(name, metadata, out)
-        except ToolchainError as exc:
-            raise ToolchainError(f"{native_refusal}; {exc}" if native_refusal else str(exc)) from None
+        try:
+            plan = self._plan(name, metadata)
+        except ToolchainError as refusal:  # another torch or CUDA: only its builder image builds it
+            if self.matrix_file is None:
+                raise
+            self.log(f"{refusal}: rebuilding it in its builder image")
+            try:
+                return self._in_container(name, metadata, out)
+            except ToolchainError as exc:
+                raise ToolchainError(f"{refusal}; {exc}") from None
+        differences = _toolchain_differences(metadata, plan)
+        if differences and self.matrix_file is not None:  # its builder image has the toolchain it records
+            self.log(f"{name} was built with {differences}: rebuilding it in its builder image")
+            try:
+                return self._in_container(name, metadata, out)
+            except ToolchainError as exc:
+                self.log(f"{exc}: rebuilding it natively")  # the best there is here, said so
+        return self._native(plan, metadata, out, differences)
 
-    def _native(self, name: str, metadata: Metadata, out: Path) -> Path:
-        from .buildtoml import load_build_toml
-        from .native_build import build_noarch, build_variant, plan_build
+    def _plan(self, name: str, metadata: Metadata) -> BuildPlan:
+        """This host's plan for `name`; ToolchainError if this host builds another variant."""
+        from .native_build import plan_build
 
         backend = metadata["backend"]["type"]
+        archs = metadata["backend"].get("archs")
+        plan = plan_build(
+            self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
+        )
+        if plan.variant.name != name:
+            raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
+        return plan
+
+    def _native(self, plan: BuildPlan, metadata: Metadata, out: Path, differences: str) -> Path:
+        from .native_build import build_variant
+
+        if differences:
+            self.log(f"note: {plan.variant.name} was built with {differences}: a difference may come from that")
         with _environment(SOURCE_DATE_EPOCH, _recorded(metadata, "source-date-epoch")):
-            if load_build_toml(self.kernel_dir).noarch:
-                made = build_noarch(self.kernel_dir, out, backends=[backend])
-                if name not in {m.name for m in made}:
-                    raise ToolchainError(
-                        f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend, not {name}"
-                    )
-                return out / name
-            archs = metadata["backend"].get("archs")
-            plan = plan_build(
-                self.kernel_dir,
-                python=self.python,
-                backend=backend,
-                cuda_capabilities=archs if backend == "cuda" else None,
-            )
-            if plan.variant.name != name:
-                raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
             return build_variant(plan, out).variant_dir
+
+    def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
+        from .native_build import build_noarch
+
+        backend = metadata["backend"]["type"]
+        made = build_noarch(self.kernel_dir, out, backends=[backend])
+        if name not in {m.name for m in made}:
+            raise ToolchainError(f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend")
+        return out / name
 
     def _in_container(self, name: str, metadata: Metadata, out: Path) -> Path:
         """The cell's build in its builder image, the same that `build --variant` runs."""
@@ -138,6 +156,32 @@ class Rebuilder:
         except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this
             raise ToolchainError(f"the container rebuild failed: {_first_line(exc)}") from None
         return made
+
+
+# The toolchain fields that decide the bytes (provenance.toolchain); the builder
+# image and SOURCE_DATE_EPOCH are applied, not compared.
+_TOOLCHAIN_FIELDS = ("torch", "python", "cxx", "nvcc")
+
+
+def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
+    """How the recorded toolchain differs from this host's for plan ("" if it is the
+    same, or if the variant records none: an older kernel-matrix built it)."""
+    from .provenance import toolchain
+
+    recorded = metadata.get("provenance", {}).get("toolchain")
+    if not isinstance(recorded, dict):
+        return ""
+    here = toolchain(
+        torch_version=plan.torch.version,
+        python=plan.torch.python,
+        cxx=plan.cxx,
+        nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+    )
+    return ", ".join(
+        f"{key} {recorded.get(key)} (here {here.get(key)})"
+        for key in _TOOLCHAIN_FIELDS
+        if recorded.get(key) != here.get(key)
+    )
 
 
 def _recorded(metadata: Metadata, key: str) -> str | None:
