@@ -31,7 +31,7 @@ from .layout import BuildDir, is_built
 from .matrix import Cell
 from .native_build import DEPS_DIR_ENV, declared_dependencies
 from .objcache import ObjectCache
-from .provenance import SOURCE_GIT_ENV, git_state
+from .provenance import BUILDER_GIT_ENV, BUILDER_IMAGE_ENV, SOURCE_GIT_ENV, builder_git_state, git_state
 from .resources import memory_per_build, plan_parallelism
 from .selection import KernelCells
 from .variant_dir import replace_dir
@@ -367,6 +367,10 @@ def build_cell(
     env = {"PYTHONPATH": "/opt/kernel-matrix", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
     if source is not None:
         env[SOURCE_GIT_ENV] = f"{source.commit}:{int(source.dirty)}"  # the container has no git
+    # What a rebuild needs (metadata.json's provenance): the builder image and kernel-matrix's own commit.
+    env[BUILDER_IMAGE_ENV] = client.images.get(image).id or image
+    if (builder := builder_git_state()) is not None:
+        env[BUILDER_GIT_ENV] = f"{builder.commit}:{int(builder.dirty)}"
     if cell.variant.cuda:
         env["CUDA_HOME"] = images.CUDA_HOME
     logs = build_dir / "logs"

@@ -26,6 +26,8 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp
     variant = tmp_path / name
     metadata = json.loads((variant / "metadata.json").read_text())
     assert metadata["backend"]["type"] == "cuda" and metadata["provenance"]["kernel"]["commit"]
+    # What a rebuild needs: the builder image it was made in.
+    assert metadata["provenance"]["toolchain"]["builder-image"].startswith("sha256:")
     assert (tmp_path / "summary.md").read_text().count(f"| {name} | built |") == 1
     # Outputs belong to the invoking user, not the container's root.
     assert all(p.stat().st_uid == os.getuid() for p in variant.rglob("*"))
