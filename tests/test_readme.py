@@ -27,6 +27,7 @@ RUN_BY = {
     ".venv/bin/kernel-matrix check-abi torch214-cxx11-cpu-x86_64-linux --build-dir build/relu": (
         "test_the_commands_for_your_kernel"
     ),
+    ".venv/bin/kernel-matrix verify build/torch214-cxx11-cu130-x86_64-linux": "test_the_main_command_builds_and_tests",
     ".venv/bin/kernel-matrix build --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     ".venv/bin/kernel-matrix wheels --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
 }
@@ -93,6 +94,10 @@ def test_the_main_command_builds_and_tests(clone):
     run(first.removeprefix("scripts/setup-dev && "), clone)  # setup-dev itself: every CI run starts with it
     built = [p for p in (clone / "build").iterdir() if (p / "metadata.json").is_file()]
     assert len(built) == 1 and built[0].name.startswith("torch")
+    # "Reproducible builds": verify the variant just built (the README names this host's kind of variant).
+    (verify,) = [c for c in readme_commands() if " verify " in c]
+    if verify.endswith(f"build/{built[0].name}"):
+        assert "identical: " in run(verify, clone).stdout
 
 
 @pytest.mark.build
