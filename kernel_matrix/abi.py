@@ -8,7 +8,7 @@ from pathlib import Path
 
 import kernel_abi_check
 
-from .errors import ConfigError
+from .errors import AbiError, ConfigError
 
 # abi3 for every CPython >= 3.9, as the variant's .abi3.so name promises.
 PYTHON_ABI = "3.9"
@@ -36,6 +36,28 @@ def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str
     except (OSError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"{library}: cannot check the ABI: {exc}") from None
     return AbiReport(library, python_abi, manylinux, abi3, linux)
+
+
+def check_variant(
+    variant_dir: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX
+) -> list[AbiReport]:
+    """A report for every library of a variant (a Python-only variant has none)."""
+    return [
+        check_library(library, python_abi=python_abi, manylinux=manylinux)
+        for library in sorted(variant_dir.glob("*.so"))
+    ]
+
+
+def gate(variant_dir: Path, name: str, *, manylinux: str | None = MANYLINUX) -> list[AbiReport]:
+    """The ABI gate every variant passes before it replaces a built one or is released:
+    kernel-abi-check on each .so; the first failing library is one AbiError line."""
+    reports = check_variant(variant_dir, manylinux=manylinux)
+    for report in reports:
+        if not report.ok:
+            problems = "; ".join([*report.abi3_violations, *report.manylinux_violations][:3])
+            rules = f"{report.manylinux or 'no manylinux policy'}, abi3 {report.python_abi}"
+            raise AbiError(f"{name}: {report.library.name} fails the ABI check ({rules}): {problems}")
+    return reports
 
 
 def variant_libraries(variant_dir: Path) -> list[Path]:

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .abi import MANYLINUX, PYTHON_ABI
 from .errors import ExitCode, KernelMatrixError
 from .layout import BuildDir
 from .variants import ImageKind
@@ -552,21 +553,19 @@ def test(
 def check_abi(
     variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
     build_dir: BuildDirOption = Path("build"),
-    python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = "3.9",
+    python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = PYTHON_ABI,
     manylinux: Annotated[
         str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
-    ] = "manylinux_2_28",
+    ] = MANYLINUX,
 ) -> None:
     """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
-    from .abi import check_library, variant_libraries
+    from .abi import check_variant, variant_libraries
     from .errors import AbiError
     from .testing import resolve_variant_dir
 
     variant_dir = resolve_variant_dir(variant, build_dir)
-    reports = [
-        check_library(lib, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
-        for lib in variant_libraries(variant_dir)
-    ]
+    variant_libraries(variant_dir)  # none: one line saying so
+    reports = check_variant(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     table = Table(title=f"ABI of {variant_dir.name}", show_edge=False)
     for column in ("library", f"abi3 (Python {python_abi})", manylinux):
         table.add_column(column, overflow="fold")
@@ -620,7 +619,7 @@ def publish(
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="Print what would change, write nothing.")] = False,
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
-    manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = "manylinux_2_28",
+    manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = MANYLINUX,
 ) -> None:
     """Publish each kernel's built variants to branch v<version> of its Hub repo, in one commit per kernel.
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .abi import check_library, variant_libraries
+from .abi import gate, variant_libraries
 from .buildtoml import BuildConfig
 from .container_output import UnsafeOutputError, check_tree
-from .errors import AbiError, ConfigError, NothingToDoError
+from .errors import ConfigError, NothingToDoError
 from .layout import is_built
 from .variant_dir import METADATA
 
@@ -57,13 +57,9 @@ def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | No
     except DigestValidationError as exc:
         problems = "; ".join(str(v) for v in exc.violations)
         raise ConfigError(f"{variant_dir}: files differ from its metadata digest ({problems})") from None
-    # A Python-only (noarch) variant has no library to check.
-    for library in [] if config.noarch else variant_libraries(variant_dir):
-        report = check_library(library, manylinux=manylinux)
-        if not report.ok:
-            raise AbiError(
-                f"{library}: fails the ABI gate: {', '.join(report.abi3_violations + report.manylinux_violations)}"
-            )
+    if not config.noarch:  # a Python-only variant has no library to check
+        variant_libraries(variant_dir)
+        gate(variant_dir, str(variant_dir), manylinux=manylinux)
     checked: dict[str, Any] = json.loads(metadata_path.read_text())
     return checked
 
