@@ -13,9 +13,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from .abi import MANYLINUX, PYTHON_ABI
+from . import cli_render as render
+from .cli_options import (
+    MANYLINUX,
+    PYTHON_ABI,
+    BuildDirOption,
+    KernelDirOption,
+    KernelOption,
+    MatrixFileOption,
+    OnlyOption,
+    ProfileOption,
+    Python,
+    VariantOption,
+    check_capabilities,
+    make_build_dir,
+    selection_of,
+)
 from .errors import ExitCode, KernelMatrixError
 from .layout import BuildDir
 from .variants import ImageKind
@@ -23,10 +37,9 @@ from .variants import ImageKind
 if TYPE_CHECKING:
     from .compile import Step
     from .matrix import Matrix
-    from .native_build import BuildResult
     from .objcache import ObjectCache
     from .publish import Plan
-    from .selection import Kernel, Resolved, Selection
+    from .selection import Kernel, Resolved
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -37,88 +50,6 @@ app = typer.Typer(
 # CI logs are wider than rich's 80-column default for non-terminals.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 stdout = Console(width=None if sys.stdout.isatty() else 240)
-
-# The options of every command that reads the matrix: resolved once by Selection.
-MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
-KernelDirOption = Annotated[
-    Path | None,
-    typer.Option("--kernel-dir", help="A kernel folder in kernel-builder layout, instead of the matrix's kernels."),
-]
-KernelOption = Annotated[
-    list[str] | None,
-    typer.Option("--kernel", help="This kernel of the matrix (its build.toml name; repeatable; default: all)."),
-]
-ProfileOption = Annotated[
-    str | None, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
-]
-OnlyOption = Annotated[
-    str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
-]
-VariantOption = Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")]
-
-
-def _selection(
-    file: Path,
-    profile: str | None = None,
-    only: str | None = None,
-    variant: list[str] | None = None,
-    kernel: list[str] | None = None,
-    kernel_dir: Path | None = None,
-) -> Selection:
-    from .selection import Selection
-
-    return Selection(
-        file=file,
-        profile=profile or "full",
-        only=only,
-        variants=tuple(variant or ()),
-        kernels=tuple(kernel or ()),
-        kernel_dir=kernel_dir,
-    )
-
-
-def _check_build_dir(path: Path) -> Path:
-    """A folder, or a path where one can be made: never an existing file."""
-    for candidate in (path, *path.absolute().parents):
-        if candidate.exists():
-            if not candidate.is_dir():
-                raise typer.BadParameter(f"{path}: {candidate} is not a folder", param_hint="--build-dir")
-            break
-    return path
-
-
-def _check_capabilities(value: str | None) -> str | None:
-    """--cuda-capabilities: a comma-separated list of capabilities (9.0, 9.0a)."""
-    from .capabilities import CAPABILITY
-
-    if value is not None and not all(CAPABILITY.match(c) for c in value.split(",")):
-        raise typer.BadParameter(
-            f"{value!r}: expected capabilities such as 8.0,9.0 or 9.0a", param_hint="--cuda-capabilities"
-        )
-    return value
-
-
-def _make_build_dir(path: Path) -> None:
-    from .errors import ConfigError
-
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
-
-
-BuildDirOption = Annotated[
-    Path,
-    typer.Option(
-        "--build-dir",
-        help="Where variants are written: <build-dir>/<variant>/ (<build-dir>/<kernel>/<variant>/ for a matrix "
-        "of several kernels).",
-        callback=_check_build_dir,
-    ),
-]
-Python = Annotated[
-    str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
-]
 
 
 @app.command()
@@ -150,7 +81,7 @@ def matrix(
     name GitHub-hosted build runners, and a fork's code gets no GPU test cells."""
     import json
 
-    from .github_event import GithubEvent
+    from .github_event import GithubEvent, write_github_output
     from .matrix import check_runners, gpu_test_cells, load_matrix
 
     if check_upstream:
@@ -158,7 +89,7 @@ def matrix(
 
         run_check(load_matrix(file), console)
         return
-    resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
+    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
     for warning in resolved.matrix.warnings:
         console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
     cells = list(resolved.cells)
@@ -171,39 +102,9 @@ def matrix(
             gpu = gpu_test_cells(cells, event)
             # An empty string, not an empty matrix (which GitHub refuses): the GPU job's `if` skips it.
             gpu_text = json.dumps(resolved.github_matrix(gpu), separators=(",", ":")) if gpu else ""
-            _write_github_output({"cells": text, "gpu_cells": gpu_text})
+            write_github_output({"cells": text, "gpu_cells": gpu_text})
         return
-    table = Table(title=f"{file}: {len(cells)} cells (profile {profile})", show_edge=False)
-    columns = ("kernel", "variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for cell in cells:
-        v = cell.variant
-        table.add_row(
-            cell.kernel,
-            v.name,
-            v.torch,
-            v.cuda or "-",
-            v.arch,
-            cell.image,
-            cell.torch_index,
-            ",".join(cell.build_runner),
-            ",".join(cell.test_runner),
-        )
-    stdout.print(table)
-
-
-def _write_github_output(outputs: dict[str, str]) -> None:
-    import os
-
-    from .errors import ConfigError
-
-    path = os.environ.get("GITHUB_OUTPUT")
-    if not path:
-        raise ConfigError("--github-output: GITHUB_OUTPUT is not set (it is, in a GitHub Actions job)")
-    with open(path, "a", encoding="utf-8") as f:
-        for name, value in outputs.items():
-            f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it
+    stdout.print(render.cells_table(f"{file}: {len(cells)} cells (profile {profile})", cells))
 
 
 def _each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kernel, str | None], None]) -> None:
@@ -259,7 +160,7 @@ def build(
         typer.Option(
             help="Comma-separated list replacing the CUDA version's default capabilities (native builds) or the "
             "cells' (container builds), e.g. 9.0 for a quick build.",
-            callback=_check_capabilities,
+            callback=check_capabilities,
         ),
     ] = None,
     cache_dir: Annotated[
@@ -286,10 +187,9 @@ def build(
             raise ConfigError(
                 "--python and --backend are for native builds; a container build takes them from the cell"
             )
-        resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
-        _build_in_containers(
-            resolved, build_dir, profile, image, jobs, None if no_cache else cache_dir, no_cache, capabilities
-        )
+        resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+        shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
+        _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities)
         return
     from .objcache import ObjectCache
 
@@ -298,7 +198,7 @@ def build(
     def build_one(chosen: Kernel, subfolder: str | None) -> None:
         _build_native(chosen, BuildDir(build_dir, subfolder), python, backend, jobs, capabilities, cache)
 
-    _each_kernel(_selection(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
+    _each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
 
 def _build_native(
@@ -310,15 +210,15 @@ def _build_native(
     capabilities: list[str] | None,
     cache: ObjectCache | None,
 ) -> None:
-    from .native_build import build_noarch, build_variant, plan_build
+    from .native_build import build_noarch, build_variant, plan_build, write_build_stats
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
-        _make_build_dir(where.path)
+        make_build_dir(where.path)
         for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None):
             console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
         return
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities)
-    _make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
+    make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     for name in plan.config.skipped_sections():
         console.print(
             f"note: [kernel.{name}] is for {plan.config.kernel[name].backend}, which kernel-matrix does not build "
@@ -339,27 +239,15 @@ def _build_native(
 
         result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache)
     seconds = time.monotonic() - started
-    _write_build_stats(where, plan.variant.name, seconds, result)
-    summary = Table.grid(padding=(0, 2))
-    for key, value in [
+    write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
+    rows = [
         ("variant", plan.variant.name),
         ("op namespace", plan.module),
         ("directory", str(result.variant_dir)),
         ("objects", f"{result.compiled} compiled, {result.cached} from the cache"),
         ("seconds", f"{seconds:.1f}"),
-    ]:
-        summary.add_row(f"[bold]{key}[/]", value)
-    console.print(summary)
-
-
-def _write_build_stats(where: BuildDir, variant: str, seconds: float, result: BuildResult) -> None:
-    """logs/<variant>.build.json: what a container build reports in its summary."""
-    import json
-
-    stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
-    path = where.log(variant, "build.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stats) + "\n")
+    ]
+    console.print(render.native_summary(rows))
 
 
 def _image_kind(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:
@@ -375,52 +263,24 @@ def _build_in_containers(
     image: ImageKind | None,
     jobs: int | None,
     cache_dir: Path | None,
-    no_cache: bool,
     capabilities: list[str] | None,
 ) -> None:
-    import dataclasses
-    import os
-
-    from .container_build import SUMMARY_COLUMNS, run_builds, summary_markdown, summary_rows
-    from .engine import connect
+    from .container_build import build_selection
     from .errors import BuildError
     from .progress import live_progress
 
-    work = resolved.work(build_dir)
-    if capabilities:  # --cuda-capabilities replaces the cells' own
-        work = [
-            dataclasses.replace(
-                item,
-                cells=[
-                    dataclasses.replace(c, capabilities=tuple(capabilities)) if c.variant.cuda else c
-                    for c in item.cells
-                ],
-            )
-            for item in work
-        ]
-    needs_engine = any(not item.kernel.config.noarch for item in work)
-    _make_build_dir(build_dir)
-    results = run_builds(
-        connect() if needs_engine else None,
-        work,
+    make_build_dir(build_dir)
+    results = build_selection(
+        resolved,
+        BuildDir(build_dir),
         image_kind=_image_kind(image, profile, resolved.matrix),
         jobs=jobs,
-        cache_dir=None if no_cache else (cache_dir or BuildDir(build_dir).cache),
+        cache_dir=cache_dir,
+        capabilities=capabilities,
         log=lambda m: console.print(m),
         progress=lambda names: live_progress(console, names),
     )
-    table = Table(title=f"container builds ({len(results)} cells)", show_edge=False)
-    for column in SUMMARY_COLUMNS:
-        table.add_column(column, overflow="fold")
-    for r, row in zip(results, summary_rows(results), strict=True):
-        colour = "green" if r.ok else "red"
-        table.add_row(*row[:2], f"[{colour}]{r.status}[/]", *row[3:])
-    stdout.print(table)
-    summary = summary_markdown(results)
-    BuildDir(build_dir).summary.write_text(summary + "\n")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
-            f.write(summary + "\n")
+    stdout.print(render.build_results_table(results))
     failed = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in results if not r.ok]
     if failed:
         raise BuildError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
@@ -448,7 +308,7 @@ def wheels(
     from .errors import BuildError
     from .wheels import build_wheels
 
-    resolved = _selection(file, profile, only, variant, kernel, kernel_dir).resolve()
+    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
     selected = bool(profile or only or variant)
     work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
     if not work:
@@ -459,12 +319,7 @@ def wheels(
         out_dir=out_dir or build_dir / "wheels",
         log=console.print,
     )
-    table = Table(title=f"wheels ({len(results)} cells)", show_edge=False)
-    for column in ("kernel", "variant", "status", "wheel"):
-        table.add_column(column, overflow="fold")
-    for r in results:
-        table.add_row(r.cell.kernel, r.cell.name, "[green]built[/]" if r.ok else "[red]FAILED[/]", r.message)
-    stdout.print(table)
+    stdout.print(render.wheels_table(results))
     failed = [r.cell.name for r in results if not r.ok]
     if failed:
         raise BuildError(f"{len(failed)} of {len(results)} wheels failed: {', '.join(failed)}")
@@ -487,7 +342,7 @@ def shell(
     from .errors import ConfigError
     from .images import PipSetup
 
-    resolved = _selection(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
+    resolved = selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
     if len(resolved.cells) != 1:
         names = ", ".join(k.name for k in resolved.kernels)
         raise ConfigError(f"{variant}: a variant of several kernels ({names}): name one with --kernel")
@@ -522,7 +377,7 @@ def test(
     """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
     from .testing import resolve_variant_dir, run_installed_tests, run_kernel_tests
 
-    kernels = _selection(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
+    kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if installed:
         from .errors import ConfigError
 
@@ -566,16 +421,7 @@ def check_abi(
     variant_dir = resolve_variant_dir(variant, build_dir)
     variant_libraries(variant_dir)  # none: one line saying so
     reports = check_variant(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
-    table = Table(title=f"ABI of {variant_dir.name}", show_edge=False)
-    for column in ("library", f"abi3 (Python {python_abi})", manylinux):
-        table.add_column(column, overflow="fold")
-    for report in reports:
-        table.add_row(
-            report.library.name,
-            "\n".join(report.abi3_violations) or "[green]ok[/]",
-            "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"),
-        )
-    console.print(table)
+    console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
     failed = [r.library.name for r in reports if not r.ok]
     if failed:
         raise AbiError(f"{variant_dir.name}: {', '.join(failed)} breaks the ABI rules above")
@@ -628,24 +474,17 @@ def publish(
 
     from . import publish as hub
     from .kernel_card import kernel_card
-    from .release import prepare_release
+    from .release import prepare_releases
 
-    resolved = _selection(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
+    resolved = selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
     if tag is not None:
         hub.check_tag(tag)
-    releases = []
-    for item in resolved.work(build_dir):
-        target = _repo_id(repo_id, item.kernel, several=len(resolved.kernels) > 1)
-        release = prepare_release(
-            item.kernel.config,
-            item.build_dir.path,
-            [c.name for c in item.cells],
-            allow_partial=allow_partial,
-            manylinux=None if manylinux == "none" else manylinux,
-        )
-        releases.append((item.kernel.config, target, release))
+    releases = prepare_releases(
+        resolved, build_dir, repo_id, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
+    )
     api = HfApi()
-    for config, target, release in releases:
+    for target, release in releases:
+        config = release.config
         branch = f"v{config.general.version}"
         if dry_run:
             _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
@@ -668,39 +507,10 @@ def publish(
             console.print(f"{target}@{branch} already holds this release: no commit")
 
 
-def _repo_id(option: str | None, kernel: Kernel, *, several: bool) -> str:
-    """--repo-id (one kernel only), else the kernel's [general.hub] repo-id; checked as the Hub checks it."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    from .errors import ConfigError
-
-    if option is not None and several:
-        raise ConfigError("--repo-id names one repo: publish one kernel (--kernel NAME) with it")
-    repo_id = option if option is not None else kernel.config.general.hub.repo_id
-    if not repo_id:
-        raise ConfigError(f"{kernel.dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as exc:
-        raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
-    return repo_id
-
-
 def _print_plan(plan: Plan, *, dry_run: bool) -> None:
-    table = Table(
-        title=f"{plan.repo_id}@{plan.branch}" + (" (dry run: nothing written)" if dry_run else ""), show_edge=False
-    )
-    for column in ("change", "files", "bytes"):
-        table.add_column(column)
-    for change, entries in (("added", plan.added), ("changed", plan.changed), ("unchanged", plan.unchanged)):
-        table.add_row(change, str(len(entries)), str(sum(f.size for f in entries)))
-    table.add_row("deleted", str(len(plan.deleted)), "-")
-    stdout.print(table)
-    for change, entries in (("added", plan.added), ("changed", plan.changed)):
-        for f in entries:
-            stdout.print(f"  {change:8} {f.path_in_repo} ({f.size} bytes)", highlight=False)
-    for path in plan.deleted:
-        stdout.print(f"  deleted  {path}", highlight=False)
+    stdout.print(render.plan_table(plan, dry_run=dry_run))
+    for line in render.plan_lines(plan):
+        stdout.print(line, highlight=False)
 
 
 @app.command()

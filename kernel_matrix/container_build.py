@@ -8,6 +8,7 @@ of the build that made it)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from . import abi, images
 from .abi import variant_libraries
 from .buildtoml import load_build_toml
 from .container_output import check_tree, copy_regular
-from .engine import Limits, Mount, build_user, container
+from .engine import Limits, Mount, build_user, connect, container
 from .errors import BuildError, EngineError, KernelMatrixError
 from .layout import BuildDir, is_built
 from .matrix import Cell
@@ -33,7 +34,7 @@ from .native_build import DEPS_DIR_ENV, declared_dependencies
 from .objcache import ObjectCache
 from .provenance import BUILDER_GIT_ENV, BUILDER_IMAGE_ENV, SOURCE_GIT_ENV, builder_git_state, git_state
 from .resources import memory_per_build, plan_parallelism
-from .selection import KernelCells
+from .selection import KernelCells, Resolved
 from .variant_dir import replace_dir
 from .variants import host_arch
 
@@ -315,6 +316,50 @@ def run_builds(
                 log=log,
                 on_status=on_status,
             )
+    return results
+
+
+def build_selection(
+    resolved: Resolved,
+    build_dir: BuildDir,
+    *,
+    image_kind: str,
+    jobs: int | None,
+    cache_dir: Path | None,
+    capabilities: list[str] | None,
+    log: Callable[[str], None],
+    progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
+) -> list[CellResult]:
+    """`build --profile/--only/--variant`: the selected cells of every kernel, with
+    `capabilities` (--cuda-capabilities) replacing CUDA cells' own; the results' table
+    goes to <build-dir>/summary.md and the GitHub job summary."""
+    work = resolved.work(build_dir.root)
+    if capabilities:
+        work = [
+            dataclasses.replace(
+                item,
+                cells=[
+                    dataclasses.replace(c, capabilities=tuple(capabilities)) if c.variant.cuda else c
+                    for c in item.cells
+                ],
+            )
+            for item in work
+        ]
+    needs_engine = any(not item.kernel.config.noarch for item in work)
+    results = run_builds(
+        connect() if needs_engine else None,
+        work,
+        image_kind=image_kind,
+        jobs=jobs,
+        cache_dir=cache_dir,
+        log=log,
+        progress=progress,
+    )
+    summary = summary_markdown(results)
+    build_dir.summary.write_text(summary + "\n")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
+            f.write(summary + "\n")
     return results
 
 

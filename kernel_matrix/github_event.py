@@ -79,3 +79,17 @@ def is_github_hosted(labels: tuple[str, ...] | list[str]) -> bool:
     """One label, and one of GitHub's own: a self-hosted runner needs `self-hosted`
     or a label of its own, and several labels only ever select self-hosted ones."""
     return len(labels) == 1 and GITHUB_HOSTED_LABEL.fullmatch(labels[0]) is not None
+
+
+def write_github_output(outputs: dict[str, str]) -> None:
+    """Job outputs, appended to $GITHUB_OUTPUT as name=value lines."""
+    import os
+
+    from .errors import ConfigError
+
+    path = os.environ.get("GITHUB_OUTPUT")
+    if not path:
+        raise ConfigError("--github-output: GITHUB_OUTPUT is not set (it is, in a GitHub Actions job)")
+    with open(path, "a", encoding="utf-8") as f:
+        for name, value in outputs.items():
+            f.write(f"{name}={value}\n")  # compact JSON has no newline, so one line holds it

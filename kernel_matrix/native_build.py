@@ -480,6 +480,13 @@ def build_variant(
     return BuildResult(final, compiled=counts[False], cached=counts[True])
 
 
+def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:
+    """logs/<variant>.build.json: what a container build reports in its summary."""
+    stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stats) + "\n")
+
+
 def python_depends(config: BuildConfig, backend: str) -> list[str]:
     """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order)."""
     general = config.general

@@ -7,7 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .abi import gate, variant_libraries
 from .buildtoml import BuildConfig
@@ -15,6 +15,9 @@ from .container_output import UnsafeOutputError, check_tree
 from .errors import ConfigError, NothingToDoError
 from .layout import is_built
 from .variant_dir import METADATA
+
+if TYPE_CHECKING:
+    from .selection import Kernel, Resolved
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
 
 @dataclass(frozen=True)
 class Release:
+    config: BuildConfig  # the kernel's build.toml
     metadata: dict[str, dict[str, Any]]  # variant name -> metadata.json, in matrix order
     files: list[ReleaseFile]
 
@@ -102,4 +106,36 @@ def prepare_release(
     if not built:
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
     metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux) for name in built}
-    return Release(metadata=metadata, files=release_files(build_dir, built))
+    return Release(config=config, metadata=metadata, files=release_files(build_dir, built))
+
+
+def prepare_releases(
+    resolved: Resolved, build_root: Path, repo_id: str | None, *, allow_partial: bool, manylinux: str | None
+) -> list[tuple[str, Release]]:
+    """Each selected kernel's release and the Hub repo it goes to, all checked before any
+    is published. repo_id (--repo-id) replaces [general.hub] repo-id, for one kernel only."""
+    releases = []
+    for item in resolved.work(build_root):
+        target = _repo_id(repo_id, item.kernel, several=len(resolved.kernels) > 1)
+        expected = [c.name for c in item.cells]
+        release = prepare_release(
+            item.kernel.config, item.build_dir.path, expected, allow_partial=allow_partial, manylinux=manylinux
+        )
+        releases.append((target, release))
+    return releases
+
+
+def _repo_id(option: str | None, kernel: Kernel, *, several: bool) -> str:
+    """--repo-id (one kernel only), else the kernel's [general.hub] repo-id; checked as the Hub checks it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if option is not None and several:
+        raise ConfigError("--repo-id names one repo: publish one kernel (--kernel NAME) with it")
+    repo_id = option if option is not None else kernel.config.general.hub.repo_id
+    if not repo_id:
+        raise ConfigError(f"{kernel.dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
+    return repo_id

@@ -1,0 +1,99 @@
+"""The command line's shared options: their types, checks and help, declared once
+for every command that takes them (typer reads them from the annotations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from .abi import MANYLINUX, PYTHON_ABI
+from .variants import ImageKind
+
+if TYPE_CHECKING:
+    from .selection import Selection
+
+__all__ = ["MANYLINUX", "PYTHON_ABI", "ImageKind"]
+
+# The options of every command that reads the matrix: resolved once by Selection.
+MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
+KernelDirOption = Annotated[
+    Path | None,
+    typer.Option("--kernel-dir", help="A kernel folder in kernel-builder layout, instead of the matrix's kernels."),
+]
+KernelOption = Annotated[
+    list[str] | None,
+    typer.Option("--kernel", help="This kernel of the matrix (its build.toml name; repeatable; default: all)."),
+]
+ProfileOption = Annotated[
+    str | None, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
+]
+OnlyOption = Annotated[
+    str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
+]
+VariantOption = Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")]
+
+
+def selection_of(
+    file: Path,
+    profile: str | None = None,
+    only: str | None = None,
+    variant: list[str] | None = None,
+    kernel: list[str] | None = None,
+    kernel_dir: Path | None = None,
+) -> Selection:
+    from .selection import Selection
+
+    return Selection(
+        file=file,
+        profile=profile or "full",
+        only=only,
+        variants=tuple(variant or ()),
+        kernels=tuple(kernel or ()),
+        kernel_dir=kernel_dir,
+    )
+
+
+def check_build_dir(path: Path) -> Path:
+    """A folder, or a path where one can be made: never an existing file."""
+    for candidate in (path, *path.absolute().parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise typer.BadParameter(f"{path}: {candidate} is not a folder", param_hint="--build-dir")
+            break
+    return path
+
+
+def check_capabilities(value: str | None) -> str | None:
+    """--cuda-capabilities: a comma-separated list of capabilities (9.0, 9.0a)."""
+    from .capabilities import CAPABILITY
+
+    if value is not None and not all(CAPABILITY.match(c) for c in value.split(",")):
+        raise typer.BadParameter(
+            f"{value!r}: expected capabilities such as 8.0,9.0 or 9.0a", param_hint="--cuda-capabilities"
+        )
+    return value
+
+
+def make_build_dir(path: Path) -> None:
+    from .errors import ConfigError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
+
+
+BuildDirOption = Annotated[
+    Path,
+    typer.Option(
+        "--build-dir",
+        help="Where variants are written: <build-dir>/<variant>/ (<build-dir>/<kernel>/<variant>/ for a matrix "
+        "of several kernels).",
+        callback=check_build_dir,
+    ),
+]
+Python = Annotated[
+    str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
+]

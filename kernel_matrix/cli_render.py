@@ -1,0 +1,103 @@
+"""What the command line prints: rich tables of cells, build results, wheels, ABI
+reports and release plans. Pure functions from results to renderables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from .abi import AbiReport
+    from .container_build import CellResult
+    from .matrix import Cell
+    from .publish import Plan
+    from .wheels import WheelResult
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    table = Table(title=title, show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _status(ok: bool, text: str) -> str:
+    return f"[{'green' if ok else 'red'}]{text}[/]"
+
+
+def cells_table(title: str, cells: Sequence[Cell]) -> Table:
+    table = _table(
+        title, ("kernel", "variant", "torch", "CUDA", "arch", "image", "torch index", "build runner", "test runner")
+    )
+    for cell in cells:
+        v = cell.variant
+        table.add_row(
+            cell.kernel,
+            v.name,
+            v.torch,
+            v.cuda or "-",
+            v.arch,
+            cell.image,
+            cell.torch_index,
+            ",".join(cell.build_runner),
+            ",".join(cell.test_runner),
+        )
+    return table
+
+
+def build_results_table(results: Sequence[CellResult]) -> Table:
+    from .container_build import SUMMARY_COLUMNS, summary_rows
+
+    table = _table(f"container builds ({len(results)} cells)", SUMMARY_COLUMNS)
+    for r, row in zip(results, summary_rows(list(results)), strict=True):
+        table.add_row(*row[:2], _status(r.ok, r.status), *row[3:])
+    return table
+
+
+def native_summary(rows: list[tuple[str, str]]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    for key, value in rows:
+        grid.add_row(f"[bold]{key}[/]", value)
+    return grid
+
+
+def wheels_table(results: Sequence[WheelResult]) -> Table:
+    table = _table(f"wheels ({len(results)} cells)", ("kernel", "variant", "status", "wheel"))
+    for r in results:
+        table.add_row(r.cell.kernel, r.cell.name, _status(r.ok, "built" if r.ok else "FAILED"), r.message)
+    return table
+
+
+def abi_table(name: str, reports: Sequence[AbiReport], python_abi: str, manylinux: str) -> Table:
+    table = _table(f"ABI of {name}", ("library", f"abi3 (Python {python_abi})", manylinux))
+    for report in reports:
+        table.add_row(
+            report.library.name,
+            "\n".join(report.abi3_violations) or "[green]ok[/]",
+            "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"),
+        )
+    return table
+
+
+def plan_table(plan: Plan, *, dry_run: bool) -> Table:
+    table = Table(
+        title=f"{plan.repo_id}@{plan.branch}" + (" (dry run: nothing written)" if dry_run else ""), show_edge=False
+    )
+    for column in ("change", "files", "bytes"):
+        table.add_column(column)
+    for change, entries in (("added", plan.added), ("changed", plan.changed), ("unchanged", plan.unchanged)):
+        table.add_row(change, str(len(entries)), str(sum(f.size for f in entries)))
+    table.add_row("deleted", str(len(plan.deleted)), "-")
+    return table
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """Each added, changed and deleted file of a release plan."""
+    lines = [
+        f"  {change:8} {f.path_in_repo} ({f.size} bytes)"
+        for change, entries in (("added", plan.added), ("changed", plan.changed))
+        for f in entries
+    ]
+    return lines + [f"  deleted  {path}" for path in plan.deleted]
