@@ -13,20 +13,31 @@ from ._ops import add_op_namespace_prefix, ops
 __all__ = ["img2gray"]
 
 
+# The ops as OpOverloads, looked up once: calling an OpOverloadPacket
+# (ops.img2gray) resolves the overload on every call. torch.compile traces
+# calls to these like any other op.
+_img2gray_into = ops.img2gray.default
+_to_gray = ops.to_gray.default
+
+
 def img2gray(input: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Convert RGB ``uint8 [..., H, W, 3]`` to gray ``uint8 [..., H, W]``.
 
     Runs on the input's device and on that device's current CUDA stream.
     ``out``, if given, receives the result (it may be non-contiguous) and is returned.
     """
+    # Little besides the op call on the hot path: the ops check their
+    # arguments in C++ (with the same messages as the fake implementations
+    # below), and to_gray allocates the output there (torch.empty from Python
+    # cost more host time than the rest of the call).
     if out is None:
         _check_input(input)
-        out = torch.empty(input.shape[:-1], dtype=torch.uint8, device=input.device)
-    ops.img2gray(input, out)
+        return _to_gray(input)
+    _img2gray_into(input, out)
     return out
 
 
-# Mirrors check_arguments() in torch_binding.cpp: same checks, same wording,
+# Mirror check_input() and check_arguments() in torch_binding.cpp: same checks, same wording,
 # so a traced program fails exactly like an eager one.
 def _check_input(input: torch.Tensor) -> None:
     if input.dtype != torch.uint8:
@@ -61,3 +72,9 @@ def _check_arguments(input: torch.Tensor, output: torch.Tensor) -> None:
 def _img2gray_fake(input: torch.Tensor, output: torch.Tensor) -> None:
     # The op only writes into output, so shape propagation is the check itself.
     _check_arguments(input, output)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("to_gray"))
+def _to_gray_fake(input: torch.Tensor) -> torch.Tensor:
+    _check_input(input)
+    return input.new_empty(input.shape[:-1])
