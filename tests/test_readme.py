@@ -109,12 +109,12 @@ def test_the_container_and_wheel_commands(clone, engine):
     from kernel_matrix.toolchain import find_nvcc
 
     wheels = sorted(p.name for p in (clone / "build" / "wheels").glob("*.whl"))
-    # The CPU wheel, and with nvcc 13.0 (the local profile's CUDA) the one the README names.
+    # The local profile is this host's CUDA (13.0: the wheel the README names), or CPU without nvcc.
     named = "img2gray-1+torch214cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
     assert named in README.read_text()
     cuda = find_nvcc()
-    expected = ["img2gray-1+torch214cpu-cp39-abi3-manylinux_2_28_x86_64.whl"]
-    assert wheels == expected + ([named] if cuda and cuda.version == "13.0" else [])
+    label = {None: "cpu", "13.0": "cu130"}.get(cuda.version if cuda else None, "other")
+    assert wheels == [f"img2gray-1+torch214{label}-cp39-abi3-manylinux_2_28_x86_64.whl"]
 
 
 @pytest.mark.build
