@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import kernel_abi_check
-
 from .errors import AbiError, ConfigError
 
 # abi3 for every CPython >= 3.9, as the variant's .abi3.so name promises.
@@ -29,6 +27,9 @@ class AbiReport:
 
 
 def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX) -> AbiReport:
+    # Imported here: the CLI (imported in build containers, which lack it) reads this module's policy.
+    import kernel_abi_check
+
     try:
         obj = kernel_abi_check.ObjectFile(str(library))
         abi3 = [_describe(v) for v in obj.check_python_abi(python_abi)]
