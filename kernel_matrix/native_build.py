@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -452,6 +454,7 @@ def build_variant(
             log_path.write_text(exc.log)
             raise BuildError(f"{exc} (full log: {log_path})") from None
         shutil.rmtree(work)
+        check_shared_libstdcxx(so_path, plan.cxx)
         write_python_package(
             stage,
             plan.kernel_dir / "torch-ext" / general.python_name,
@@ -478,6 +481,29 @@ def build_variant(
             ),
         )
     return BuildResult(final, compiled=counts[False], cached=counts[True])
+
+
+def needed_libraries(library: Path) -> list[str] | None:
+    """The DT_NEEDED entries of a shared library (readelf, from the binutils every
+    compiler links with); None where readelf is missing."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    result = subprocess.run([readelf, "-d", str(library)], capture_output=True, text=True, check=False)
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", result.stdout)
+
+
+def check_shared_libstdcxx(library: Path, cxx: str) -> None:
+    """An extension must use the process's libstdc++, the one torch uses: a private,
+    statically linked copy keeps its own iostream and locale state, and the first
+    std:: object that crosses to torch (an error message formatting a shape) crashes.
+    Some toolchains' g++ links libstdc++ statically by default."""
+    needed = needed_libraries(library)
+    if needed is not None and not any(name.startswith("libstdc++.so") for name in needed):
+        raise ToolchainError(
+            f"{cxx} linked libstdc++ statically into {library.name}: the extension would crash when it hands "
+            "std:: objects to torch; use a g++ that links libstdc++ shared (set CXX, e.g. CXX=/usr/bin/g++)"
+        )
 
 
 def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:

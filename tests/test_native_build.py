@@ -162,3 +162,30 @@ def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_compiler_that_links_libstdcxx_statically_is_refused(tmp_path):
+    """Seen on the H200 host: its CXX linked libstdc++ statically, and the variant crashed in the first
+    TORCH_CHECK message that formats a shape. Such a build is refused in one line and writes no variant."""
+    import os
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    wrapper = tmp_path / "g++"
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    build_dir = tmp_path / "build"
+    result = kernel_matrix(
+        "build",
+        "--backend",
+        "cpu",
+        "--no-cache",
+        "--build-dir",
+        str(build_dir),
+        env={**os.environ, "CXX": str(wrapper)},
+    )
+    assert result.returncode == 4, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "linked libstdc++ statically" in errors[0] and "CXX" in errors[0]
+    assert not [p for p in build_dir.glob("torch*") if (p / "metadata.json").exists()]
