@@ -15,9 +15,8 @@ import typer
 from rich.console import Console
 
 from . import cli_render as render
+from .abi import MANYLINUX, PYTHON_ABI
 from .cli_options import (
-    MANYLINUX,
-    PYTHON_ABI,
     BuildDirOption,
     KernelDirOption,
     KernelOption,

@@ -8,13 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .abi import MANYLINUX, PYTHON_ABI
-from .variants import ImageKind
-
 if TYPE_CHECKING:
     from .selection import Selection
 
-__all__ = ["MANYLINUX", "PYTHON_ABI", "ImageKind"]
 
 # The options of every command that reads the matrix: resolved once by Selection.
 MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]

@@ -56,3 +56,22 @@ def test_a_misspelt_image_kind_is_refused_naming_the_choices(command):
     assert result.returncode == ExitCode.CONFIG
     (line,) = result.stderr.strip().splitlines()
     assert "'oficial' is not one of 'official', 'offline'" in line
+
+
+def test_the_cli_starts_without_the_host_only_packages():
+    """Build containers run `python -m kernel_matrix build` in the builder's venv, which has neither
+    kernel-abi-check nor huggingface_hub nor docker: importing the CLI must not need them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('kernel_abi_check', 'huggingface_hub', 'docker', 'kernels'):\n"
+        "    sys.modules[name] = None  # importing it raises ImportError\n"
+        "from kernel_matrix import cli\n"
+        "sys.argv = ['kernel-matrix', 'build', '--help']\n"
+        "cli.main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--kernel-dir" in result.stdout
