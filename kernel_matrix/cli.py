@@ -213,10 +213,10 @@ def _build_native(
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
-        for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None):
+        for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None, config=kernel.config):
             console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
         return
-    plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities)
+    plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     for name in plan.config.skipped_sections():
         console.print(
@@ -395,7 +395,7 @@ def test(
             if chosen.config.noarch:  # the backend of the torch that runs the tests
                 name = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
             else:
-                name = plan_build(chosen.dir, python=python, backend=backend).variant.name
+                name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
         variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
         ran = run_kernel_tests(variant_dir, chosen.dir, python=python, pytest_args=pytest_args or [])
         console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)

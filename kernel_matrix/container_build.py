@@ -368,7 +368,8 @@ def _build_noarch_cells(item: KernelCells) -> list[CellResult]:
 
     started = time.monotonic()
     try:
-        made = build_noarch(item.kernel.dir, item.build_dir.path, backends=[c.variant.backend for c in item.cells])
+        backends = [c.variant.backend for c in item.cells]
+        made = build_noarch(item.kernel.dir, item.build_dir.path, backends=backends, config=item.kernel.config)
     except KernelMatrixError as exc:
         return [CellResult(c, "FAILED", time.monotonic() - started, None, str(exc).splitlines()[0]) for c in item.cells]
     seconds = time.monotonic() - started

@@ -130,10 +130,12 @@ def plan_build(
     python: str | None = None,
     backend: str | None = None,
     cuda_capabilities: list[str] | None = None,
+    config: BuildConfig | None = None,
 ) -> BuildPlan:
-    """cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
+    """cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own);
+    config: the kernel's build.toml, where the caller has read it already."""
     kernel_dir = kernel_dir.resolve()
-    config = load_build_toml(kernel_dir)
+    config = config or load_build_toml(kernel_dir)
     package_files(kernel_dir / "torch-ext" / config.general.python_name, kernel_dir)  # refuses links out, early
     torch = probe_torch(python)
     nvcc = find_nvcc()
@@ -522,11 +524,13 @@ def python_depends(config: BuildConfig, backend: str) -> list[str]:
     return [*(general.python_depends or []), *((backend_table.python_depends if backend_table else None) or [])]
 
 
-def build_noarch(kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None) -> list[Path]:
+def build_noarch(
+    kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None, config: BuildConfig | None = None
+) -> list[Path]:
     """A Python-only kernel ([torch-noarch]): one variant per backend, torch-<backend>/,
     holding its package, _ops.py and metadata.json; nothing is compiled."""
     kernel_dir = kernel_dir.resolve()
-    config = load_build_toml(kernel_dir)
+    config = config or load_build_toml(kernel_dir)
     general, noarch = config.general, config.torch_noarch
     assert noarch is not None
     package = kernel_dir / "torch-ext" / general.python_name
