@@ -17,7 +17,9 @@ from rich.console import Console
 from . import cli_render as render
 from .abi import MANYLINUX, PYTHON_ABI
 from .cli_options import (
+    BackendOption,
     BuildDirOption,
+    ImageOption,
     KernelDirOption,
     KernelOption,
     MatrixFileOption,
@@ -133,9 +135,7 @@ def build(
     kernel: KernelOption = None,
     build_dir: BuildDirOption = Path("build"),
     python: Python = None,
-    backend: Annotated[
-        str | None, typer.Option(help="cuda or cpu (default: cuda when torch is a CUDA build, else cpu).")
-    ] = None,
+    backend: BackendOption = None,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -150,10 +150,7 @@ def build(
     only: Annotated[str | None, typer.Option(help="Build the cells matching KEY=VALUE,... in containers.")] = None,
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    image: Annotated[
-        ImageKind | None,
-        typer.Option(help="Builder base for container builds (default: the matrix's; offline for --profile local)."),
-    ] = None,
+    image: ImageOption = None,
     cuda_capabilities: Annotated[
         str | None,
         typer.Option(
@@ -299,7 +296,7 @@ def wheels(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
     ] = None,
-    image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: as for build).")] = None,
+    image: ImageOption = None,
 ) -> None:
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
 
@@ -331,7 +328,7 @@ def shell(
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    image: Annotated[ImageKind | None, typer.Option(help="The builder images (default: the matrix's).")] = None,
+    image: ImageOption = None,
 ) -> None:
     """A shell in a cell's builder image with the kernel mounted read-write at /src (network off)."""
     import subprocess
@@ -364,7 +361,7 @@ def test(
     file: MatrixFileOption = Path("build_matrix.yaml"),
     build_dir: BuildDirOption = Path("build"),
     python: Python = None,
-    backend: Annotated[str | None, typer.Option(help="With no VARIANT: cuda or cpu, as for build.")] = None,
+    backend: BackendOption = None,
     pytest_args: Annotated[
         list[str] | None, typer.Option("--pytest-arg", help="Extra pytest argument (repeatable).")
     ] = None,
@@ -535,9 +532,7 @@ def verify(
     file: Annotated[
         Path, typer.Option("--file", "-f", help="The matrix file, whose cells other variants are rebuilt as.")
     ] = Path("build_matrix.yaml"),
-    image: Annotated[
-        ImageKind | None, typer.Option(help="Builder base for container rebuilds (default: the matrix's).")
-    ] = None,
+    image: ImageOption = None,
     in_container: Annotated[
         bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
     ] = False,

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from .variants import ImageKind
+
 if TYPE_CHECKING:
     from .selection import Selection
 
@@ -92,4 +94,16 @@ BuildDirOption = Annotated[
 ]
 Python = Annotated[
     str | None, typer.Option("--python", help="The Python whose torch to use (default: the one running this).")
+]
+
+ImageOption = Annotated[
+    ImageKind | None,
+    typer.Option(
+        help="Builder images: official (CUDA images from a registry) or offline (made here); "
+        "default: the matrix's, offline for --profile local."
+    ),
+]
+BackendOption = Annotated[
+    str | None,
+    typer.Option(help="cuda or cpu, for this host's variant (default: cuda when torch is a CUDA build, else cpu)."),
 ]
