@@ -37,7 +37,7 @@ from .variants import ImageKind
 
 if TYPE_CHECKING:
     from .compile import Step
-    from .matrix import Matrix
+    from .matrix import CellRequest, Matrix
     from .objcache import ObjectCache
     from .publish import Plan
     from .selection import Kernel, Resolved
@@ -171,6 +171,11 @@ def build(
         # Container builds: the shared cache is mounted read-only, new entries go here for the host to check.
         typer.Option(hidden=True, help="Write new cache entries here instead of into --cache-dir."),
     ] = None,
+    cell: Annotated[
+        str | None,
+        # Container builds: the matrix cell (its JSON) this build must make, checked before anything is written.
+        typer.Option(hidden=True, help="The matrix cell this build must make, as `matrix --json` gives it."),
+    ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
@@ -189,10 +194,17 @@ def build(
         return
     from .objcache import ObjectCache
 
+    expected = None
+    if cell is not None:  # the cell decides the backend and capabilities; the build must make exactly it
+        from .matrix import CellRequest
+
+        expected = CellRequest.parse(cell)
+        backend, capabilities = expected.backend, list(expected.capabilities) or None
     cache = None if no_cache else ObjectCache(cache_dir or BuildDir(build_dir).cache, writes=cache_writes)
 
     def build_one(chosen: Kernel, subfolder: str | None) -> None:
-        _build_native(chosen, BuildDir(build_dir, subfolder), python, backend, jobs, capabilities, cache)
+        where = BuildDir(build_dir, subfolder)
+        _build_native(chosen, where, python, backend, jobs, capabilities, cache, expected)
 
     _each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
@@ -205,6 +217,7 @@ def _build_native(
     jobs: int | None,
     capabilities: list[str] | None,
     cache: ObjectCache | None,
+    expected: CellRequest | None = None,
 ) -> None:
     from .native_build import build_noarch, build_variant, plan_build, write_build_stats
 
@@ -214,6 +227,9 @@ def _build_native(
             console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
         return
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
+    if expected is not None:
+        nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
+        expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     for name in plan.config.skipped_sections():
         console.print(

@@ -448,12 +448,12 @@ def build_cell(
             "/src",
             "--build-dir",
             "/out",
-            "--backend",
-            cell.variant.backend,
+            # The cell itself: its backend and capabilities (the matrix's, or --cuda-capabilities'),
+            # and the variant the build inside must make (checked there before anything is written).
+            "--cell",
+            json.dumps(cell.to_json(), separators=(",", ":")),
             *(["--jobs", str(jobs)] if jobs else []),
             *(["--cache-dir", "/cache", "--cache-writes", CACHE_WRITES] if cache_dir is not None else ["--no-cache"]),
-            # The matrix's capabilities for this CUDA version (its cuda-capabilities override, if any).
-            *(["--cuda-capabilities", ",".join(cell.capabilities)] if cell.capabilities else []),
         ]
         labels = {RUN_LABEL: run_label} if run_label else {}
         with container(

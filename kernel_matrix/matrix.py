@@ -89,6 +89,34 @@ class Cell:
         }
 
 
+@dataclass(frozen=True)
+class CellRequest:
+    """A cell as a build container receives it (`build --cell`, the JSON of Cell.to_json):
+    what to build, and the variant the build must turn out to be."""
+
+    variant: str
+    backend: str
+    capabilities: tuple[str, ...]
+
+    @staticmethod
+    def parse(text: str) -> CellRequest:
+        import json
+
+        try:
+            data = json.loads(text)
+            return CellRequest(str(data["variant"]), str(data["backend"]), tuple(map(str, data["capabilities"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"--cell: not a matrix cell's JSON ({type(exc).__name__}: {exc})") from None
+
+    def check(self, made: str, toolchain: str) -> None:
+        """Refuse, before anything is written, a builder that would make another variant
+        (a wrong image: another torch or CUDA)."""
+        if made != self.variant:
+            from .errors import ToolchainError
+
+            raise ToolchainError(f"this builder ({toolchain}) makes {made}, not the cell {self.variant}")
+
+
 @dataclass
 class Matrix:
     path: Path

@@ -189,3 +189,22 @@ def test_a_compiler_that_links_libstdcxx_statically_is_refused(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "linked libstdc++ statically" in errors[0] and "CXX" in errors[0]
     assert not [p for p in build_dir.glob("torch*") if (p / "metadata.json").exists()]
+
+
+def test_a_build_given_a_cell_makes_exactly_that_cell_or_nothing(tmp_path):
+    """`build --cell JSON` (what a build container is given): the cell's backend and capabilities are used, and a
+    builder that would make another variant (a wrong image) is refused before anything is written."""
+    from kernel_matrix.native_build import plan_build
+
+    host = plan_build(KERNEL_DIR, backend="cpu").variant.name
+    cell = {"variant": host, "backend": "cpu", "capabilities": []}
+    result = kernel_matrix("build", "--cell", json.dumps(cell), "--build-dir", str(tmp_path / "ok"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ok" / host / "metadata.json").is_file()
+    other = dict(cell, variant=host.replace("torch", "torch9", 1))
+    result = kernel_matrix("build", "--cell", json.dumps(other), "--build-dir", str(tmp_path / "wrong"))
+    assert result.returncode == 4 and result.stderr.count("\n") == 1, result.stderr
+    assert f"makes {host}, not the cell {other['variant']}" in result.stderr
+    assert not (tmp_path / "wrong").exists()
+    result = kernel_matrix("build", "--cell", "{not json", "--build-dir", str(tmp_path / "bad"))
+    assert result.returncode == 2 and "--cell: not a matrix cell's JSON" in result.stderr
