@@ -42,10 +42,9 @@ def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str
 def check_variant(
     variant_dir: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX
 ) -> list[AbiReport]:
-    """A report for every library of a variant (a Python-only variant has none)."""
+    """A report for every library of a compiled variant; one without a .so is refused."""
     return [
-        check_library(library, python_abi=python_abi, manylinux=manylinux)
-        for library in sorted(variant_dir.glob("*.so"))
+        check_library(library, python_abi=python_abi, manylinux=manylinux) for library in variant_libraries(variant_dir)
     ]
 
 

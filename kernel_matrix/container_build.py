@@ -23,7 +23,6 @@ from typing import Any
 import docker
 
 from . import abi, images
-from .abi import variant_libraries
 from .buildtoml import load_build_toml
 from .container_output import check_tree, copy_regular
 from .engine import Limits, Mount, build_user, connect, container
@@ -103,10 +102,10 @@ def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str
     ]
 
 
-def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
+def input_hash(cell: Cell, image_id: str, kernel_dir: Path, dependencies: set[str]) -> str:
     """Everything a cell's variant is made from: the cell, the builder image, the
-    kernel's sources, the headers of its dependencies and kernel-matrix itself
-    (not its tests or benchmarks)."""
+    kernel's sources, the headers of its `dependencies` (its build.toml's, beyond
+    torch) and kernel-matrix itself (not its tests or benchmarks)."""
     deps = dependencies_dir()
     parts = [
         cell.to_json(),
@@ -115,7 +114,7 @@ def input_hash(cell: Cell, image_id: str, kernel_dir: Path) -> str:
         _file_digests(PACKAGE_DIR),
         *(
             [name, _file_digests(deps / name)]
-            for name in sorted(declared_dependencies(load_build_toml(kernel_dir)))
+            for name in sorted(dependencies)
             if deps is not None and (deps / name).is_dir()
         ),
     ]
@@ -210,13 +209,16 @@ def build_cells(
         return CellResult(cell, "FAILED", time.monotonic() - started[cell.name], image, message)
 
     todo: list[tuple[Cell, str, str]] = []
+    dependencies: set[str] | None = None  # the kernel's, read once for every cell
     for cell in cells:
         image = None
         try:
             image = builder_for(client, cell, image_kind, pip, log)
             image_id = client.images.get(image).id
             assert image_id is not None  # the engine's images all have one
-            inputs = input_hash(cell, image_id, kernel_dir.resolve())
+            if dependencies is None:
+                dependencies = set(declared_dependencies(load_build_toml(kernel_dir)))
+            inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies)
             record = BuildDir(build_dir).inputs_record(cell.name)
             built = is_built(build_dir / cell.name)
             if built and record.is_file() and record.read_text() == inputs:
@@ -499,5 +501,4 @@ def build_cell(
 
 def abi_gate(variant_dir: Path, name: str) -> None:
     """kernel-abi-check (abi3 3.9, manylinux_2_28) on every .so: a failure fails the cell."""
-    variant_libraries(variant_dir)  # a compiled variant without its library: refused
     abi.gate(variant_dir, name)

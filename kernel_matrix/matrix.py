@@ -14,6 +14,7 @@ from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
 from . import data
+from .buildtoml import BUILDABLE_BACKENDS
 from .capabilities import default_capabilities
 from .errors import ConfigError
 from .github_event import GithubEvent, is_github_hosted
@@ -82,8 +83,9 @@ class Cell:
             "test_runner": list(self.test_runner),
             "noarch": v.noarch,
             "stable_abi": v.stable_abi,
-            # Runners exist for these; a noarch variant of another backend is built, not tested.
-            "cpu_test": v.backend in ("cpu", "cuda"),
+            # Runners exist for the backends kernel-matrix builds; a noarch variant of another
+            # backend is built, not tested.
+            "cpu_test": v.backend in BUILDABLE_BACKENDS,
             "gpu_test": v.backend == "cuda",
             "artifact": f"variant-{self.kernel}-{v.name}" if self.kernel else f"variant-{v.name}",
         }

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from .buildtoml import (
+    BUILDABLE_BACKENDS,
     BuildConfig,
     CpuKernel,
     CudaKernel,
@@ -388,7 +389,7 @@ DEPENDENCY_SOURCES = {
 
 def declared_dependencies(config: BuildConfig) -> set[Dependency]:
     """The dependencies beyond torch that the sections kernel-matrix builds declare."""
-    return {d for backend in ("cpu", "cuda") for k in config.kernels_for(backend).values() for d in k.depends} - {
+    return {d for backend in BUILDABLE_BACKENDS for k in config.kernels_for(backend).values() for d in k.depends} - {
         "torch"
     }
 

@@ -25,9 +25,6 @@ from .errors import ConfigError
 from .layout import BuildDir
 from .matrix import Cell, Machine, Matrix, github_matrix, load_matrix, select, suggest
 
-# What runners can test: the other backends' noarch variants are built and published, not tested.
-TESTED_BACKENDS = ("cpu", "cuda")
-
 
 @dataclass(frozen=True, eq=False)
 class Kernel:
