@@ -26,12 +26,11 @@ def img2gray(input: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.T
     Runs on the input's device and on that device's current CUDA stream.
     ``out``, if given, receives the result (it may be non-contiguous) and is returned.
     """
-    # Little besides the op call on the hot path: the ops check their
-    # arguments in C++ (with the same messages as the fake implementations
+    # Nothing besides the op call on the hot path: the ops check their
+    # arguments in C++ (same errors and messages as the fake implementations
     # below), and to_gray allocates the output there (torch.empty from Python
     # cost more host time than the rest of the call).
     if out is None:
-        _check_input(input)
         return _to_gray(input)
     _img2gray_into(input, out)
     return out
