@@ -27,6 +27,7 @@ from pathlib import Path
 
 import docker
 
+from . import torch_cuda
 from .engine import Mount, container
 from .errors import EngineError
 from .variants import cuda_major, cuda_tag, torch_tag
@@ -80,16 +81,10 @@ VENV = "/opt/km"
 DOCKERFILE = Path(__file__).resolve().parent / "docker" / "builder.Dockerfile"
 CUDA_HOME = "/opt/cuda"
 LABEL = "kernel-matrix.image"
-# Run in the builder's venv after torch is installed: its CUDA major must be the
-# cell's (read from torch/version.py; torch is not imported, nothing runs).
-_CHECK_TORCH_CUDA = """
-import glob, runpy, sys
-info = runpy.run_path(glob.glob(sys.prefix + "/lib/python3*/site-packages/torch/version.py")[0])
-built_for, wanted = info.get("cuda") or "none (a CPU build)", sys.argv[1]
-if built_for.split(".")[0] != wanted.split(".")[0]:
-    sys.exit(f"the index gave torch {info['__version__']} built for CUDA {built_for}, not CUDA {wanted}: "
-             "point the cell's torch-index at an index with CUDA builds")
-"""
+# Run in the builder's venv after torch is installed (torch_cuda.py's text, by
+# `python -c`: kernel-matrix is not there yet), in offline and official builders
+# alike: its CUDA major must be the cell's.
+_CHECK_TORCH_CUDA = Path(torch_cuda.__file__).read_text()
 
 
 def _digest(*parts: object) -> str:
@@ -282,7 +277,8 @@ def official_builder(
         "TORCH_SPEC": f"torch=={torch}.*",
         "TORCH_INDEX_URL": "" if torch_index == "pypi" else torch_index,
         "BUILD_TOOLS": " ".join(BUILD_TOOL_REQUIREMENTS),
-        "CUDA_MAJOR": str(cuda_major(cuda)) if cuda else "",
+        "CUDA": cuda or "",
+        "CHECK_TORCH_CUDA": _CHECK_TORCH_CUDA,
     }
     digest = _digest(dockerfile.read_text(), sorted(args.items()))
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-official-{digest}"

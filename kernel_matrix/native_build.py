@@ -35,8 +35,9 @@ from .objcache import ObjectCache
 from .provenance import git_state, toolchain
 from .resources import Parallelism, plan_parallelism
 from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
+from .torch_cuda import cuda_mismatch
 from .variant_dir import package_files, render_template, staged, write_metadata, write_python_package
-from .variants import Variant, cuda_major, host_arch, torch_minor
+from .variants import Variant, host_arch, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -156,11 +157,8 @@ def plan_build(
             )
         if nvcc is None:
             raise ToolchainError("nvcc not found (set CUDA_HOME or put nvcc on PATH), or build with --backend cpu")
-        if cuda_major(nvcc.version) != cuda_major(torch.cuda):
-            raise ToolchainError(
-                f"nvcc {nvcc.version} cannot build for torch {torch.version}: "
-                f"the CUDA major versions differ (torch was built with CUDA {torch.cuda})"
-            )
+        if reason := cuda_mismatch(torch.cuda, nvcc.version, exact=False):
+            raise ToolchainError(f"nvcc {nvcc.version} cannot build for torch {torch.version}: {reason}")
     elif backend != "cpu":
         raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
     cuda = torch.cuda if backend == "cuda" else None

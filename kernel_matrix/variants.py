@@ -15,6 +15,8 @@ from enum import Enum
 
 from packaging.version import Version
 
+from .torch_cuda import cuda_major as cuda_major  # tags use it; defined beside the torch-CUDA check
+
 CPU_ARCHS = ("x86_64", "aarch64")
 
 
@@ -68,11 +70,6 @@ def cuda_tag(cuda: str) -> str:
 def torch_tag(torch: str) -> str:
     """'2.14' (or '2.14.1+cu130') -> 'torch214'."""
     return f"torch{_flat(torch)}"
-
-
-def cuda_major(cuda: str) -> int:
-    """'13.0' -> 13: nvcc builds only for a torch of its own CUDA major."""
-    return Version(cuda).major
 
 
 def host_arch() -> str:

@@ -1073,9 +1073,14 @@ test) echo "kernel-matrix $* CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
 *) exit 64 ;;
 esac
 """
-FAKE_TORCH = """import os, types
+# torch/version.py, as real torch has it: read without importing torch where torch cannot be imported.
+FAKE_TORCH_VERSION = """import os
 __version__ = "2.14.0"
-version = types.SimpleNamespace(cuda=os.environ["TORCH_CUDA"] or None)
+cuda = os.environ["TORCH_CUDA"] or None
+"""
+FAKE_TORCH = """import os, types
+from . import version
+__version__ = version.__version__
 cuda = types.SimpleNamespace(
     is_available=lambda: os.environ["GPU"] == "1" and os.environ.get("CUDA_VISIBLE_DEVICES") != "",
     get_device_name=lambda index: "Fake H200",
@@ -1098,6 +1103,7 @@ def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: 
         (venv / "bin" / name).chmod(0o755)
     (tmp_path / "torch" / "torch").mkdir(parents=True)
     (tmp_path / "torch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "torch" / "torch" / "version.py").write_text(FAKE_TORCH_VERSION)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     env |= {
         "PYTHON": sys.executable,
@@ -1131,12 +1137,12 @@ def a_cell(backend: str) -> dict:
         ("cuda", ["--cpu-only"], "cell", False, True, None),
         ("cuda", ["--cpu-only"], "cell", True, True, None),
         # The variant's .so links torch's CUDA libraries: a CPU build of torch is refused, GPU or not.
-        ("cuda", ["--cpu-only"], None, False, None, "needs torch built for CUDA"),
-        ("cuda", [], "11.8", True, None, "needs torch built for CUDA"),
+        ("cuda", ["--cpu-only"], None, False, None, "torch is built for no CUDA (a CPU build), and CUDA 1"),
+        ("cuda", [], "11.8", True, None, "torch is built for CUDA 11.8, and CUDA 1"),
         # A CPU variant needs no GPU either way, and a CPU build of torch.
         ("cpu", [], None, False, False, None),
         ("cpu", ["--cpu-only"], None, True, True, None),
-        ("cpu", [], "13.0", False, None, "needs torch built for CUDA none"),
+        ("cpu", [], "13.0", False, None, "torch is built for CUDA 13.0, and no CUDA (a CPU build) is needed"),
     ],
 )
 def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_cuda, gpu, hidden, error):

@@ -8,7 +8,8 @@
 #
 #   docker build -f docker/builder.Dockerfile \
 #     --build-arg BASE_IMAGE=nvidia/cuda:13.0.2-devel-rockylinux8 \
-#     --build-arg TORCH_SPEC='torch==2.14.*' kernel_matrix/docker/
+#     --build-arg TORCH_SPEC='torch==2.14.*' --build-arg CUDA=13.0 \
+#     --build-arg CHECK_TORCH_CUDA="$(cat kernel_matrix/torch_cuda.py)" kernel_matrix/docker/
 #
 # kernel-matrix and the kernel are mounted at build time, never copied in, so
 # neither invalidates the image. Nothing secret is passed: an index with
@@ -49,14 +50,12 @@ RUN "${PYTHON}" -m venv /opt/km \
  && ln -s /opt/km "/opt/python/${tag}" \
  && ln -s /opt/km/bin/python /opt/python/cp39-cp39/bin/python
 
-# A CUDA cell's torch must be built for the image's CUDA major (empty: a CPU cell).
-ARG CUDA_MAJOR=""
-RUN if [ -n "${CUDA_MAJOR}" ]; then \
-      /opt/km/bin/python -c 'import glob, runpy, sys; \
-v = runpy.run_path(glob.glob(sys.prefix + "/lib/python3*/site-packages/torch/version.py")[0]); \
-c = v.get("cuda") or "none"; \
-sys.exit(0 if c.split(".")[0] == sys.argv[1] else "torch %s is built for CUDA %s, not %s.x: point the torch index at CUDA builds" % (v["__version__"], c, sys.argv[1]))' "${CUDA_MAJOR}"; \
-    fi
+# A CUDA cell's torch must be built for the image's CUDA major (CUDA empty: a
+# CPU cell). CHECK_TORCH_CUDA is kernel_matrix/torch_cuda.py's text, the one
+# torch-CUDA check (images.py passes it; kernel-matrix is not in the image).
+ARG CUDA=""
+ARG CHECK_TORCH_CUDA=""
+RUN if [ -n "${CUDA}" ]; then /opt/km/bin/python -c "${CHECK_TORCH_CUDA}" "${CUDA}"; fi
 
 LABEL kernel-matrix.image="builder"
 # No USER here: kernel-matrix runs builds with --user (the invoking user's uid),
