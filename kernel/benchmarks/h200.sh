@@ -16,9 +16,10 @@ out=${1:?OUT_DIR}
 shift
 stages=${*:-variants ncu build test bench}
 python=${PYTHON:-python3}
-# The H200 machine's default CXX (/opt/gcc/bin/g++) links libstdc++ statically,
-# which kernel-matrix refuses (exit 4); /usr/bin/g++ is the same GCC, shared.
-if [ -z "${CXX:-}" ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
+# The H200 machine's CXX (/opt/gcc/bin/g++, set in its environment) links
+# libstdc++ statically, which kernel-matrix refuses (exit 4); /usr/bin/g++ is
+# the same GCC, linking it shared. H200_CXX picks another.
+if [ -x "${H200_CXX:-/usr/bin/g++}" ]; then export CXX=${H200_CXX:-/usr/bin/g++}; fi
 export PYTHONUNBUFFERED=1
 failed=0
 want() { [[ " $stages " == *" $1 "* ]]; }
