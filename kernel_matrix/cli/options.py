@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .variants import ImageKind
+from ..errors import ConfigError
+from ..variants import ImageKind
 
 if TYPE_CHECKING:
-    from .selection import Selection
+    from ..selection import Selection
 
 
 # The options of every command that reads the matrix: resolved once by Selection.
@@ -41,7 +42,7 @@ def selection_of(
     kernel: list[str] | None = None,
     kernel_dir: Path | None = None,
 ) -> Selection:
-    from .selection import Selection
+    from ..selection import Selection
 
     return Selection(
         file=file,
@@ -65,7 +66,7 @@ def check_build_dir(path: Path) -> Path:
 
 def check_capabilities(value: str | None) -> str | None:
     """--cuda-capabilities: a comma-separated list of capabilities (9.0, 9.0a)."""
-    from .capabilities import CAPABILITY
+    from ..capabilities import CAPABILITY
 
     if value is not None and not all(CAPABILITY.match(c) for c in value.split(",")):
         raise typer.BadParameter(
@@ -75,8 +76,6 @@ def check_capabilities(value: str | None) -> str | None:
 
 
 def make_build_dir(path: Path) -> None:
-    from .errors import ConfigError
-
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from .abi import AbiReport
-    from .container_build import CellResult
-    from .matrix import Cell
-    from .publish import Plan
-    from .wheels import WheelResult
+    from ..abi import AbiReport
+    from ..container_build import CellResult
+    from ..matrix import Cell
+    from ..publish import Plan
+    from ..wheels import WheelResult
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
@@ -48,7 +48,7 @@ def cells_table(title: str, cells: Sequence[Cell]) -> Table:
 
 
 def build_results_table(results: Sequence[CellResult]) -> Table:
-    from .container_build import SUMMARY_COLUMNS, summary_rows
+    from ..container_build import SUMMARY_COLUMNS, summary_rows
 
     table = _table(f"container builds ({len(results)} cells)", SUMMARY_COLUMNS)
     for r, row in zip(results, summary_rows(list(results)), strict=True):

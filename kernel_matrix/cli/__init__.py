@@ -1,0 +1,84 @@
+"""The `kernel-matrix` command line. Each subcommand is one CI job step that a
+developer can run locally; errors are one line on stderr and a distinct exit code.
+
+One module per group of commands: matrix.py (matrix), build.py (build, wheels,
+shell), checks.py (test, check-abi, verify), release.py (publish, clean); the
+options they share in options.py, tables in render.py, output in console.py."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import ExitCode, KernelMatrixError
+from .build import build, shell, wheels
+from .checks import check_abi, test, verify
+from .console import error
+from .matrix import matrix
+from .release import clean, publish
+
+app = typer.Typer(
+    help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+# In the order `kernel-matrix --help` lists them: a CI run's order.
+COMMANDS: dict[str, Callable[..., None]] = {
+    "matrix": matrix,
+    "build": build,
+    "wheels": wheels,
+    "shell": shell,
+    "test": test,
+    "check-abi": check_abi,
+    "clean": clean,
+    "publish": publish,
+    "verify": verify,
+}
+for name, function in COMMANDS.items():
+    app.command(name)(function)
+
+
+def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # CI runners and `docker stop` send SIGTERM: unwind like Ctrl-C, so that
+    # containers are removed and staged builds deleted on the way out.
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    if TYPE_CHECKING:  # checked against the typer the environment has
+        from typer._click import exceptions as click
+    else:
+        try:  # typer >= 0.22 carries its own copy of click
+            from typer._click import exceptions as click
+        except ImportError:  # pragma: no cover - older typer uses click itself
+            from click import exceptions as click
+
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    try:
+        # Not standalone: click's own usage errors come here, to be one line too.
+        code = app(standalone_mode=False)
+    except KernelMatrixError as exc:
+        for line in str(exc).splitlines():  # one line per problem
+            error(line)
+        raise SystemExit(int(exc.exit_code)) from None
+    except click.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        raise SystemExit(ExitCode.CONFIG) from None
+    except click.ClickException as exc:  # a bad option or argument
+        ctx = getattr(exc, "ctx", None)  # usage errors carry the command's context
+        command = f"{ctx.command_path}: " if ctx else ""
+        error(command + " ".join(exc.format_message().split()))
+        raise SystemExit(ExitCode.CONFIG) from None
+    except typer.Abort:  # end of input at a prompt
+        raise SystemExit(ExitCode.FAILURE) from None
+    # Ctrl-C and SIGTERM come back as typer.Exit(130), returned as `code`.
+    raise SystemExit(code if isinstance(code, int) else 0)  # typer.Exit(code) returns its code here
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""`kernel-matrix build`, `wheels` and `shell`: making variants, natively or in
+their cells' builder images, and wheels of them."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..errors import BuildError, ConfigError
+from ..layout import BuildDir
+from ..variants import ImageKind
+from . import render
+from .console import console, each_kernel, stdout
+from .options import (
+    BackendOption,
+    BuildDirOption,
+    ImageOption,
+    KernelDirOption,
+    KernelOption,
+    MatrixFileOption,
+    Python,
+    check_capabilities,
+    make_build_dir,
+    selection_of,
+)
+
+if TYPE_CHECKING:
+    from ..compile import Step
+    from ..matrix import CellRequest, Matrix
+    from ..objcache import ObjectCache
+    from ..selection import Kernel, Resolved
+
+
+def build(
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
+    build_dir: BuildDirOption = Path("build"),
+    python: Python = None,
+    backend: BackendOption = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Native: parallel compiles. Containers: variants built at once, sharing the cores "
+            "(default: from cores and memory; MAX_JOBS caps the compiles).",
+        ),
+    ] = None,
+    profile: Annotated[str | None, typer.Option(help="Build this matrix profile's cells in containers.")] = None,
+    only: Annotated[str | None, typer.Option(help="Build the cells matching KEY=VALUE,... in containers.")] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    image: ImageOption = None,
+    cuda_capabilities: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated list replacing the CUDA version's default capabilities (native builds) or the "
+            "cells' (container builds), e.g. 9.0 for a quick build.",
+            callback=check_capabilities,
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(help="The compiled-object cache (default: <build-dir>/.cache/objects).", show_default=False),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
+    ] = False,
+    cache_writes: Annotated[
+        Path | None,
+        # Container builds: the shared cache is mounted read-only, new entries go here for the host to check.
+        typer.Option(hidden=True, help="Write new cache entries here instead of into --cache-dir."),
+    ] = None,
+    cell: Annotated[
+        str | None,
+        # Container builds: the matrix cell (its JSON) this build must make, checked before anything is written.
+        typer.Option(hidden=True, help="The matrix cell this build must make, as `matrix --json` gives it."),
+    ] = None,
+) -> None:
+    """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
+
+    Every kernel of the matrix, or those --kernel names, or the one --kernel-dir names."""
+    capabilities = cuda_capabilities.split(",") if cuda_capabilities else None
+    if profile or only or variant:
+        if python or backend:
+            raise ConfigError(
+                "--python and --backend are for native builds; a container build takes them from the cell"
+            )
+        resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+        shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
+        _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities)
+        return
+    from ..objcache import ObjectCache
+
+    expected = None
+    if cell is not None:  # the cell decides the backend and capabilities; the build must make exactly it
+        from ..matrix import CellRequest
+
+        expected = CellRequest.parse(cell)
+        backend, capabilities = expected.backend, list(expected.capabilities) or None
+    cache = None if no_cache else ObjectCache(cache_dir or BuildDir(build_dir).cache, writes=cache_writes)
+
+    def build_one(chosen: Kernel, subfolder: str | None) -> None:
+        where = BuildDir(build_dir, subfolder)
+        _build_native(chosen, where, python, backend, jobs, capabilities, cache, expected)
+
+    each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
+
+
+def _build_native(
+    kernel: Kernel,
+    where: BuildDir,
+    python: str | None,
+    backend: str | None,
+    jobs: int | None,
+    capabilities: list[str] | None,
+    cache: ObjectCache | None,
+    expected: CellRequest | None = None,
+) -> None:
+    from ..native_build import build_noarch, build_variant, plan_build, write_build_stats
+
+    if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
+        make_build_dir(where.path)
+        for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None, config=kernel.config):
+            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+        return
+    plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
+    if expected is not None:
+        nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
+        expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
+    make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
+    for name in plan.config.skipped_sections():
+        console.print(
+            f"note: [kernel.{name}] is for {plan.config.kernel[name].backend}, which kernel-matrix does not build "
+            "(cpu, cuda): skipped",
+            markup=False,
+            highlight=False,
+        )
+    console.print(
+        f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
+        + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
+    )
+    started = time.monotonic()
+    with console.status(f"building {plan.variant.name}") as status:
+
+        def report(step: Step, cached: bool) -> None:
+            console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
+            status.update(f"building {plan.variant.name}")
+
+        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache)
+    seconds = time.monotonic() - started
+    write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
+    rows = [
+        ("variant", plan.variant.name),
+        ("op namespace", plan.module),
+        ("directory", str(result.variant_dir)),
+        ("objects", f"{result.compiled} compiled, {result.cached} from the cache"),
+        ("seconds", f"{seconds:.1f}"),
+    ]
+    console.print(render.native_summary(rows))
+
+
+def _image_kind(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:
+    """--image, else the matrix's; the local profile is what this host builds, where
+    no registry is assumed, so its builders stand on the offline base."""
+    return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
+
+
+def _build_in_containers(
+    resolved: Resolved,
+    build_dir: Path,
+    profile: str | None,
+    image: ImageKind | None,
+    jobs: int | None,
+    cache_dir: Path | None,
+    capabilities: list[str] | None,
+) -> None:
+    from ..container_build import build_selection
+    from ..progress import live_progress
+
+    make_build_dir(build_dir)
+    results = build_selection(
+        resolved,
+        BuildDir(build_dir),
+        image_kind=_image_kind(image, profile, resolved.matrix),
+        jobs=jobs,
+        cache_dir=cache_dir,
+        capabilities=capabilities,
+        log=lambda m: console.print(m),
+        progress=lambda names: live_progress(console, names),
+    )
+    stdout.print(render.build_results_table(results))
+    failed = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in results if not r.ok]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
+
+
+def wheels(
+    profile: Annotated[
+        str | None, typer.Option(help="This matrix profile's cells (default: every built cell).")
+    ] = None,
+    only: Annotated[str | None, typer.Option(help="The cells matching KEY=VALUE,...")] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="This cell (repeatable).")] = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    build_dir: BuildDirOption = Path("build"),
+    out_dir: Annotated[
+        Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
+    ] = None,
+    image: ImageOption = None,
+) -> None:
+    """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
+
+    Compiled kernels only: a Python-only kernel's variants are not per torch, so no wheel label fits them."""
+    from ..wheels import build_wheels
+
+    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+    selected = bool(profile or only or variant)
+    work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
+    if not work:
+        raise BuildError(f"no compiled variant of {file} is built in {build_dir}: run kernel-matrix build first")
+    results = build_wheels(
+        work,
+        image_kind=_image_kind(image, profile, resolved.matrix),
+        out_dir=out_dir or build_dir / "wheels",
+        log=console.print,
+    )
+    stdout.print(render.wheels_table(results))
+    failed = [r.cell.name for r in results if not r.ok]
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(results)} wheels failed: {', '.join(failed)}")
+
+
+def shell(
+    variant: Annotated[str, typer.Argument(help="The cell (variant name) whose builder image to enter.")],
+    command: Annotated[list[str] | None, typer.Argument(help="A command to run instead of bash (after --).")] = None,
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    image: ImageOption = None,
+) -> None:
+    """A shell in a cell's builder image with the kernel mounted read-write at /src (network off)."""
+    import subprocess
+
+    from ..container_build import builder_for, shell_command
+    from ..engine import connect
+    from ..images import PipSetup
+
+    resolved = selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
+    if len(resolved.cells) != 1:
+        names = ", ".join(k.name for k in resolved.kernels)
+        raise ConfigError(f"{variant}: a variant of several kernels ({names}): name one with --kernel")
+    (cell,) = resolved.cells
+    builder = builder_for(
+        connect(), cell, image.value if image else resolved.matrix.spec.image, PipSetup.from_host(), log=console.print
+    )
+    argv = shell_command(cell, builder, resolved.kernel(cell).dir, command or [], interactive=sys.stdin.isatty())
+    raise typer.Exit(subprocess.run(argv, check=False).returncode)

@@ -1,0 +1,145 @@
+"""`kernel-matrix test`, `check-abi` and `verify`: checking built variants (the
+kernel's own tests, the ABI rules, a rebuild's digests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..abi import MANYLINUX, PYTHON_ABI
+from ..errors import AbiError, ConfigError
+from ..layout import BuildDir
+from . import render
+from .console import console, each_kernel, stdout
+from .options import (
+    BackendOption,
+    BuildDirOption,
+    ImageOption,
+    KernelDirOption,
+    KernelOption,
+    MatrixFileOption,
+    Python,
+    selection_of,
+)
+
+if TYPE_CHECKING:
+    from ..selection import Kernel
+
+
+def test(
+    variant: Annotated[
+        str | None,
+        typer.Argument(help="A variant directory, or a variant name under --build-dir (default: this host's)."),
+    ] = None,
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    build_dir: BuildDirOption = Path("build"),
+    python: Python = None,
+    backend: BackendOption = None,
+    pytest_args: Annotated[
+        list[str] | None, typer.Option("--pytest-arg", help="Extra pytest argument (repeatable).")
+    ] = None,
+    installed: Annotated[
+        str | None,
+        typer.Option(help="Test this package as installed in --python's environment (from a wheel), not a variant."),
+    ] = None,
+) -> None:
+    """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
+    from ..testing import resolve_variant_dir, run_installed_tests, run_kernel_tests
+
+    kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
+    if installed:
+        if variant is not None or len(kernels) != 1:
+            raise ConfigError("--installed PACKAGE: give no VARIANT, and one kernel (--kernel or --kernel-dir)")
+        run_installed_tests(installed, kernels[0][0].dir / "tests", python=python, pytest_args=pytest_args or [])
+        console.print(f"[green]passed[/] {installed} (installed)")
+        return
+
+    def test_one(chosen: Kernel, subfolder: str | None) -> None:
+        name = variant
+        if name is None:
+            from ..native_build import plan_build
+            from ..toolchain import probe_torch
+
+            if chosen.config.noarch:  # the backend of the torch that runs the tests
+                name = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
+            else:
+                name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
+        variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
+        ran = run_kernel_tests(variant_dir, chosen.dir, python=python, pytest_args=pytest_args or [])
+        console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)
+
+    each_kernel(kernels, test_one)
+
+
+def check_abi(
+    variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
+    build_dir: BuildDirOption = Path("build"),
+    python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = PYTHON_ABI,
+    manylinux: Annotated[
+        str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
+    ] = MANYLINUX,
+) -> None:
+    """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
+    from ..abi import check_variant
+    from ..testing import resolve_variant_dir
+
+    variant_dir = resolve_variant_dir(variant, build_dir)
+    reports = check_variant(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
+    console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
+    failed = [r.library.name for r in reports if not r.ok]
+    if failed:
+        raise AbiError(f"{variant_dir.name}: {', '.join(failed)} breaks the ABI rules above")
+
+
+def verify(
+    variants: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Variant folders, or names under --build-dir; with --repo-id: the release's variants to verify "
+            "(default: all).",
+            metavar="VARIANT...",
+            show_default=False,
+        ),
+    ] = None,
+    repo_id: Annotated[
+        str | None, typer.Option(help="Verify this Hub repo's release instead of local folders.")
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option(help="The release's branch or tag (default: v<version> from build.toml).")
+    ] = None,
+    kernel_dir: Annotated[Path, typer.Option(help="The kernel's sources, in kernel-builder layout.")] = Path("kernel"),
+    build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),
+    python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
+    file: Annotated[
+        Path, typer.Option("--file", "-f", help="The matrix file, whose cells other variants are rebuilt as.")
+    ] = Path("build_matrix.yaml"),
+    image: ImageOption = None,
+    in_container: Annotated[
+        bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
+    ] = False,
+) -> None:
+    """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
+
+    This host's variants are rebuilt natively, other cells of the matrix in their
+    builder image. Exit 0 when every file is identical; 12 (one line per differing
+    file) when one differs; 4 when a variant cannot be rebuilt here."""
+    from ..verify import verify_command
+
+    verify_command(
+        variants or [],
+        repo_id=repo_id,
+        revision=revision,
+        kernel_dir=kernel_dir,
+        build_dir=build_dir,
+        python=python,
+        matrix_file=file,
+        image_kind=image.value if image else None,
+        in_container=in_container,
+        # Unwrapped: a line names a file and its digests, for people and scripts alike.
+        log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
+        report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
+    )

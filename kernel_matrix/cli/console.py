@@ -1,0 +1,42 @@
+"""Where the command line writes (progress and errors on stderr, results on
+stdout), and the loop that runs one action per kernel, reporting each failure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from ..errors import BuildError, KernelMatrixError
+
+if TYPE_CHECKING:
+    from ..selection import Kernel
+
+# CI logs are wider than rich's 80-column default for non-terminals.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+stdout = Console(width=None if sys.stdout.isatty() else 240)
+
+
+def error(line: str) -> None:
+    console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
+
+
+def each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kernel, str | None], None]) -> None:
+    """action(kernel, subfolder) for each kernel; with several, one kernel's failure
+    is reported and the others still run."""
+    if len(kernels) == 1:
+        action(*kernels[0])
+        return
+    failed = []
+    for kernel, subfolder in kernels:
+        console.print(f"[bold]== {kernel.name}[/] ({kernel.dir})", highlight=False)
+        try:
+            action(kernel, subfolder)
+        except KernelMatrixError as exc:
+            failed.append(kernel.name)
+            for line in str(exc).splitlines():
+                error(f"{kernel.name}: {line}")
+    if failed:
+        raise BuildError(f"{len(failed)} of {len(kernels)} kernels failed: {', '.join(failed)}")

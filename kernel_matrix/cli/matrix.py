@@ -1,0 +1,74 @@
+"""`kernel-matrix matrix`: the cells, as a table or as GitHub Actions' matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import render
+from .console import console, stdout
+from .options import (
+    KernelDirOption,
+    KernelOption,
+    MatrixFileOption,
+    OnlyOption,
+    ProfileOption,
+    VariantOption,
+    selection_of,
+)
+
+
+def matrix(
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    profile: ProfileOption = "full",
+    only: OnlyOption = None,
+    variant: VariantOption = None,
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print the GitHub Actions matrix {"include": [...]}.')
+    ] = False,
+    check_upstream: Annotated[
+        bool, typer.Option("--check-upstream", help="Report torch releases and CUDA builds the matrix misses.")
+    ] = False,
+    github_output: Annotated[
+        bool,
+        typer.Option(
+            "--github-output",
+            help="With --json: also write the job outputs cells=<json> and gpu_cells=<json of the cells the GPU "
+            "runners test, empty if none> to $GITHUB_OUTPUT.",
+        ),
+    ] = False,
+) -> None:
+    """List the matrix cells (each kernel's variants): a table, or JSON for GitHub Actions.
+
+    In a GitHub Actions run of a pull request (or a fork's code) the matrix may only
+    name GitHub-hosted build runners, and a fork's code gets no GPU test cells."""
+    import json
+
+    from ..github_event import GithubEvent, write_github_output
+    from ..matrix import check_runners, gpu_test_cells, load_matrix
+
+    if check_upstream:
+        from ..upstream import check_upstream as run_check
+
+        run_check(load_matrix(file), console)
+        return
+    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+    for warning in resolved.matrix.warnings:
+        console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
+    cells = list(resolved.cells)
+    event = GithubEvent.from_environment()
+    check_runners(resolved.matrix, cells, event)
+    if as_json:
+        text = json.dumps(resolved.github_matrix(cells), separators=(",", ":"))
+        typer.echo(text)
+        if github_output:
+            gpu = gpu_test_cells(cells, event)
+            # An empty string, not an empty matrix (which GitHub refuses): the GPU job's `if` skips it.
+            gpu_text = json.dumps(resolved.github_matrix(gpu), separators=(",", ":")) if gpu else ""
+            write_github_output({"cells": text, "gpu_cells": gpu_text})
+        return
+    stdout.print(render.cells_table(f"{file}: {len(cells)} cells (profile {profile})", cells))

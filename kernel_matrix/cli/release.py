@@ -1,0 +1,101 @@
+"""`kernel-matrix publish` and `clean`: releasing built variants to the Hub, and
+removing what a release must not carry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..abi import MANYLINUX
+from . import render
+from .console import console, stdout
+from .options import BuildDirOption, KernelDirOption, KernelOption, MatrixFileOption, selection_of
+
+if TYPE_CHECKING:
+    from ..publish import Plan
+
+
+def publish(
+    repo_id: Annotated[
+        str | None,
+        typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml; only with one kernel)."),
+    ] = None,
+    kernel: KernelOption = None,
+    kernel_dir: KernelDirOption = None,
+    build_dir: BuildDirOption = Path("build"),
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
+    allow_partial: Annotated[
+        bool, typer.Option(help="Publish although some variants of the profile are not built.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print what would change, write nothing.")] = False,
+    tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
+    manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = MANYLINUX,
+) -> None:
+    """Publish each kernel's built variants to branch v<version> of its Hub repo, in one commit per kernel.
+
+    Every kernel's release is checked (complete, digests, ABI) before any is published."""
+    from huggingface_hub import HfApi
+
+    from .. import publish as hub
+    from ..kernel_card import kernel_card
+    from ..release import prepare_releases
+
+    resolved = selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
+    if tag is not None:
+        hub.check_tag(tag)
+    releases = prepare_releases(
+        resolved, build_dir, repo_id, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
+    )
+    api = HfApi()
+    for target, release in releases:
+        config = release.config
+        branch = f"v{config.general.version}"
+        if dry_run:
+            _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
+            continue
+        built = list(release.metadata)
+        outcome = hub.publish(
+            api,
+            target,
+            branch,
+            release.files,
+            card=kernel_card(config, target, release.metadata),
+            message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
+            tag=tag,
+            log=lambda m: console.print(f"[yellow]{m}[/]"),
+        )
+        _print_plan(outcome.plan, dry_run=False)
+        if outcome.commit:
+            console.print(f"published {len(built)} variants to {target}@{branch}: commit {outcome.commit}")
+        else:
+            console.print(f"{target}@{branch} already holds this release: no commit")
+
+
+def _print_plan(plan: Plan, *, dry_run: bool) -> None:
+    stdout.print(render.plan_table(plan, dry_run=dry_run))
+    for line in render.plan_lines(plan):
+        stdout.print(line, highlight=False)
+
+
+def clean(
+    build_dir: BuildDirOption = Path("build"),
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
+) -> None:
+    """Remove development artifacts, and variants in build/ that the matrix no longer names."""
+    from ..clean import find_artifacts, project_root, remove
+    from ..selection import Selection
+
+    root = project_root(file, build_dir)  # first: nothing is read from a folder clean may not act on
+    resolved = Selection(file).resolve()
+    keep = {resolved.build_dir(build_dir, resolved.kernel(c)).relative(c.name) for c in resolved.cells}
+    kernel_folders = {k.name for k in resolved.kernels} if resolved.several else set()
+    paths = find_artifacts(root, build_dir, keep, kernel_folders)
+    for path in paths:
+        stdout.print(f"{'would remove' if dry_run else 'removed'} {path.relative_to(root)}", highlight=False)
+    if not dry_run:
+        remove(paths)
+    console.print(f"{len(paths)} paths {'to remove' if dry_run else 'removed'}")
