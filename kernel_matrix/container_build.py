@@ -487,7 +487,7 @@ def build_cell(
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
             last = last.replace("/out/", f"{build_dir}/")
             raise BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
-        made = sorted(p.name for p in Path(private).iterdir() if (p / "metadata.json").is_file())
+        made = sorted(p.name for p in Path(private).iterdir() if is_built(p))
         if made != [cell.name]:
             raise BuildError(f"{cell.name}: the build in {image} made {made or 'nothing'} (see {log_path})")
         abi_gate(Path(private) / cell.name, cell.name)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .compile import SOURCE_DATE_EPOCH
 from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
+from .layout import is_built
 from .variant_dir import METADATA, variant_files
 
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
     except OSError as exc:
         raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
     build = dest / "build"
-    found = sorted(d for d in build.iterdir() if (d / METADATA).is_file()) if build.is_dir() else []
+    found = sorted(d for d in build.iterdir() if is_built(d)) if build.is_dir() else []
     missing = sorted(set(variants) - {d.name for d in found})
     if missing:
         raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in build/")
