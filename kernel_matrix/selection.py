@@ -20,7 +20,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from .buildtoml import BuildConfig, load_build_toml
+from .buildtoml import BUILDABLE_BACKENDS, BuildConfig, load_build_toml
 from .errors import ConfigError
 from .layout import BuildDir
 from .matrix import Cell, Machine, Matrix, github_matrix, load_matrix, select, suggest
@@ -127,6 +127,14 @@ class Selection:
                     raise ConfigError(f"--variant {name}: no kernel of {matrix.path} has it" + suggest(name, known))
             cells = [cell for cell in cells if cell.name in self.variants]
         if not cells:
+            # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
+            for kernel in kernels:
+                backends = kernel.config.general.backends
+                if not kernel.config.noarch and not set(backends) & set(BUILDABLE_BACKENDS):
+                    raise ConfigError(
+                        f"{kernel.dir / 'build.toml'}: general.backends {backends}: kernel-matrix builds "
+                        f"{' and '.join(BUILDABLE_BACKENDS)} kernels, so {kernel.name} has no cell to build"
+                    )
             names = ", ".join(k.name for k in kernels)
             raise ConfigError(
                 f"the selection has no cell of {names} (profile {self.profile}"
