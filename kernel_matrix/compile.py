@@ -12,7 +12,9 @@ pinned (SOURCE_DATE_EPOCH)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -188,19 +190,29 @@ def run_steps(
     cache: ObjectCache | None = None,
 ) -> None:
     """Run the compiles in parallel, then the link; the first failure raises BuildError.
-    on_done(step, cached) follows each step; cached is True when the object came from the cache."""
+    on_done(step, cached) follows each step; cached is True when the object came from the cache.
+    Interrupted (Ctrl-C, or SIGTERM, which the CLI turns into KeyboardInterrupt), it
+    stops the compilers that run and starts no other: a build of many files stops at once."""
     stop = threading.Event()  # after the first failure, compiles not yet started are skipped
+    children = _Children()
 
     def run(step: Step) -> tuple[Step, BuildError | None, bool | None]:
         if stop.is_set():
             return step, None, None
-        failure, cached = _run(step, cwd, cache)
+        failure, cached = _run(step, cwd, cache, children)
         if failure is not None:
             stop.set()
         return step, failure, cached
 
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    try:
         results = list(pool.map(run, compiles))
+    except BaseException:
+        stop.set()
+        children.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     for step, failure, cached in results:
         if failure is not None:
             raise failure
@@ -208,13 +220,56 @@ def run_steps(
             on_done(step, cached)
     if stop.is_set():  # pragma: no cover - a failure is always in results
         raise BuildError("a compile failed")
-    failure, _ = _run(link, cwd, None)
+    try:
+        failure, _ = _run(link, cwd, None, children)
+    except BaseException:
+        children.stop()
+        raise
     if failure is not None:
         raise failure
     on_done(link, False)
 
 
-def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError | None, bool]:
+class _Children:
+    """The compiler processes running now, each in its own process group (nvcc runs
+    cicc, ptxas and the host compiler under it), so that stop() ends them all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+
+    def run(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        with self._lock:
+            if self._stopped:
+                raise BuildError("interrupted")
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            self._running.add(process)
+        try:
+            out, err = process.communicate()
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+    def stop(self) -> None:
+        """End the running compilers (by their process groups); start no new one."""
+        with self._lock:
+            self._stopped = True
+            for process in self._running:
+                with contextlib.suppress(ProcessLookupError):  # it has just ended
+                    os.killpg(process.pid, signal.SIGTERM)
+
+
+def _run(step: Step, cwd: Path, cache: ObjectCache | None, children: _Children) -> tuple[BuildError | None, bool]:
     step.output.parent.mkdir(parents=True, exist_ok=True)
     if cache is not None and not (step.compilers and cacheable(list(step.compilers))):
         cache = None  # a compile whose compilers the cache cannot identify is not cached
@@ -226,7 +281,7 @@ def _run(step: Step, cwd: Path, cache: ObjectCache | None) -> tuple[BuildError |
     started = time.time()
     env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch()}
     try:
-        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        result = children.run(argv, cwd, env)
     except OSError as exc:
         return BuildError(f"{step.label}: cannot run {step.argv[0]}: {exc.strerror}"), False
     if result.returncode != 0:

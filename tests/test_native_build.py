@@ -160,6 +160,56 @@ def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
     assert [p.name for p in build_dir.iterdir() if p.name != ".cache"] == []
 
 
+def test_sigterm_stops_the_running_compilers_at_once(tmp_path):
+    """CI cancelling a job, or `docker stop`, signals kernel-matrix alone, not its compilers. It used to
+    wait for every queued compile to finish (minutes for a kernel of 60 .cu files); now it ends the
+    running ones, starts no other, and leaves nothing partial."""
+    import os
+    import shutil
+
+    pids = tmp_path / "compiler-pids"
+    slow = tmp_path / "slow-g++"
+    # Compiles take a minute (their PIDs recorded); anything else (version probes, the link) is the real g++.
+    slow.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -c "*) echo $$ >> {pids}; exec sleep 60;; esac\n'
+        f'exec {shutil.which("g++")} "$@"\n'
+    )
+    slow.chmod(0o755)
+    build_dir = tmp_path / "build"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kernel_matrix",
+            "build",
+            "--backend",
+            "cpu",
+            "--no-cache",
+            "--build-dir",
+            str(build_dir),
+        ],
+        cwd=REPO,
+        env={**os.environ, "CXX": str(slow)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids.exists(), "no compile started"
+    time.sleep(0.5)  # the other compiles start too
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=50)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - started < 15, "it waited for the compiles"
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):  # every compiler it started has ended
+            os.kill(pid, 0)
+    assert [p.name for p in build_dir.iterdir() if p.name != ".cache"] == []
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
