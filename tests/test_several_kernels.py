@@ -131,7 +131,6 @@ def test_kernel_and_kernels_together_are_refused(project):
     assert result.returncode == ExitCode.CONFIG and "`kernel`" in result.stderr and "not both" in result.stderr
 
 
-
 def test_a_kernel_only_for_backends_kernel_matrix_cannot_build_is_named_in_one_line(project):
     # A ROCm-only compiled kernel (kernels-community has several): read and understood, with no cell to build.
     toml = project / "gray-cpu" / "build.toml"
@@ -139,6 +138,7 @@ def test_a_kernel_only_for_backends_kernel_matrix_cannot_build_is_named_in_one_l
     result = kernel_matrix("matrix", "--kernel-dir", str(project / "gray-cpu"))
     assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
     assert f"{toml}: general.backends ['rocm']: kernel-matrix builds cpu and cuda kernels" in result.stderr
+
 
 @pytest.mark.build
 def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
