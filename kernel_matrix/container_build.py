@@ -23,7 +23,7 @@ from typing import Any
 import docker
 
 from . import abi, images
-from .buildtoml import load_build_toml
+from .buildtoml import BuildConfig, load_build_toml
 from .container_output import check_tree, copy_regular
 from .engine import Limits, Mount, build_user, connect, container
 from .errors import BuildError, EngineError, KernelMatrixError
@@ -190,6 +190,7 @@ def build_cells(
     image_kind: str,
     jobs: int | None,
     cache_dir: Path | None = None,
+    config: BuildConfig | None = None,
     log: Callable[[str], None] = print,
     on_status: Callable[[Cell, str], None] = lambda cell, status: None,
 ) -> list[CellResult]:
@@ -209,7 +210,7 @@ def build_cells(
         return CellResult(cell, "FAILED", time.monotonic() - started[cell.name], image, message)
 
     todo: list[tuple[Cell, str, str]] = []
-    dependencies: set[str] | None = None  # the kernel's, read once for every cell
+    dependencies: set[str] | None = None  # the kernel's (from config, the build.toml already read), once
     for cell in cells:
         image = None
         try:
@@ -217,7 +218,7 @@ def build_cells(
             image_id = client.images.get(image).id
             assert image_id is not None  # the engine's images all have one
             if dependencies is None:
-                dependencies = set(declared_dependencies(load_build_toml(kernel_dir)))
+                dependencies = set(declared_dependencies(config or load_build_toml(kernel_dir)))
             inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies)
             record = BuildDir(build_dir).inputs_record(cell.name)
             built = is_built(build_dir / cell.name)
@@ -315,6 +316,7 @@ def run_builds(
                 image_kind=image_kind,
                 jobs=jobs,
                 cache_dir=cache_dir,
+                config=item.kernel.config,
                 log=log,
                 on_status=on_status,
             )

@@ -5,6 +5,7 @@ profile) to cells; all pruning happens here, never in workflow YAML."""
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from . import data
 from .buildtoml import BUILDABLE_BACKENDS
 from .capabilities import default_capabilities
-from .errors import ConfigError
+from .errors import ConfigError, ToolchainError
 from .github_event import GithubEvent, is_github_hosted
 from .matrix_schema import (
     Arch,
@@ -102,8 +103,6 @@ class CellRequest:
 
     @staticmethod
     def parse(text: str) -> CellRequest:
-        import json
-
         try:
             data = json.loads(text)
             return CellRequest(str(data["variant"]), str(data["backend"]), tuple(map(str, data["capabilities"])))
@@ -114,8 +113,6 @@ class CellRequest:
         """Refuse, before anything is written, a builder that would make another variant
         (a wrong image: another torch or CUDA)."""
         if made != self.variant:
-            from .errors import ToolchainError
-
             raise ToolchainError(f"this builder ({toolchain}) makes {made}, not the cell {self.variant}")
 
 

@@ -140,16 +140,9 @@ def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(bu
 
 def test_an_interrupted_build_leaves_nothing_partial(tmp_path):
     build_dir = tmp_path / "build"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kernel_matrix", "build", "--backend", "cpu", "--build-dir", str(build_dir)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A shell's background job ignores SIGINT, and Python keeps that: the
-        # build under test gets the default, as in a terminal.
-        preexec_fn=_default_sigint,
-    )
+    # A shell's background job ignores SIGINT, and Python keeps that: the
+    # build under test gets the default, as in a terminal.
+    process = _start_cpu_build(build_dir, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 60
     while not (build_dir.exists() and any(build_dir.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -176,24 +169,7 @@ def test_sigterm_stops_the_running_compilers_at_once(tmp_path):
     )
     slow.chmod(0o755)
     build_dir = tmp_path / "build"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kernel_matrix",
-            "build",
-            "--backend",
-            "cpu",
-            "--no-cache",
-            "--build-dir",
-            str(build_dir),
-        ],
-        cwd=REPO,
-        env={**os.environ, "CXX": str(slow)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _start_cpu_build(build_dir, "--no-cache", env={**os.environ, "CXX": str(slow)})
     deadline = time.monotonic() + 60
     while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -208,6 +184,12 @@ def test_sigterm_stops_the_running_compilers_at_once(tmp_path):
         with pytest.raises(ProcessLookupError):  # every compiler it started has ended
             os.kill(pid, 0)
     assert [p.name for p in build_dir.iterdir() if p.name != ".cache"] == []
+
+
+def _start_cpu_build(build_dir, *options, **popen) -> subprocess.Popen:
+    """`kernel-matrix build --backend cpu` of img2gray, started and left running (to be interrupted)."""
+    argv = [sys.executable, "-m", "kernel_matrix", "build", "--backend", "cpu", *options, "--build-dir", str(build_dir)]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def _default_sigint() -> None:
