@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from .matrix import Cell
@@ -40,7 +41,7 @@ class CellProgress:
         with self._lock:
             for name, status in self.status.items():
                 seconds = f"{time.monotonic() - self.since[name]:.0f}" if status == "building" else ""
-                table.add_row(name, f"[{_COLOURS.get(status, 'dim')}]{status}[/]", seconds)
+                table.add_row(name, Text(status, style=_COLOURS.get(status, "dim")), seconds)
         return table
 
 

@@ -14,7 +14,7 @@ from ..errors import BuildError, ConfigError
 from ..layout import BuildDir
 from ..variants import ImageKind
 from . import render
-from .console import console, each_kernel, stdout
+from .console import console, each_kernel, stdout, styled
 from .options import (
     BackendOption,
     BuildDirOption,
@@ -127,7 +127,7 @@ def _build_native(
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
         for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None, config=kernel.config):
-            console.print(f"[bold]{made.name}[/]: {made}", highlight=False)
+            console.print(styled((made.name, "bold"), f": {made}"))
         return
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
     if expected is not None:
@@ -142,14 +142,17 @@ def _build_native(
             highlight=False,
         )
     console.print(
-        f"[bold]{plan.variant.name}[/]: torch {plan.torch.version}"
-        + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else "")
+        styled(
+            (plan.variant.name, "bold"),
+            f": torch {plan.torch.version}"
+            + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else ""),
+        )
     )
     started = time.monotonic()
     with console.status(f"building {plan.variant.name}") as status:
 
         def report(step: Step, cached: bool) -> None:
-            console.print(f"  [green]{'cached' if cached else 'done'}[/] {step.label}")
+            console.print(styled("  ", ("cached" if cached else "done", "green"), f" {step.label}"))
             status.update(f"building {plan.variant.name}")
 
         result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache)

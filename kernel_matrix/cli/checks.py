@@ -12,7 +12,7 @@ from ..abi import MANYLINUX, PYTHON_ABI
 from ..errors import AbiError, ConfigError
 from ..layout import BuildDir
 from . import render
-from .console import console, each_kernel, stdout
+from .console import console, each_kernel, stdout, styled
 from .options import (
     BackendOption,
     BuildDirOption,
@@ -55,7 +55,7 @@ def test(
         if variant is not None or len(kernels) != 1:
             raise ConfigError("--installed PACKAGE: give no VARIANT, and one kernel (--kernel or --kernel-dir)")
         run_installed_tests(installed, kernels[0][0].dir / "tests", python=python, pytest_args=pytest_args or [])
-        console.print(f"[green]passed[/] {installed} (installed)")
+        console.print(styled(("passed", "green"), f" {installed} (installed)"))
         return
 
     def test_one(chosen: Kernel, subfolder: str | None) -> None:
@@ -70,7 +70,7 @@ def test(
                 name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
         variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
         ran = run_kernel_tests(variant_dir, chosen.dir, python=python, pytest_args=pytest_args or [])
-        console.print(f"[green]passed[/] {variant_dir.name}: {ran}", highlight=False)
+        console.print(styled(("passed", "green"), f" {variant_dir.name}: {ran}"))
 
     each_kernel(kernels, test_one)
 

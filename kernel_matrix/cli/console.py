@@ -8,19 +8,27 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import BuildError, KernelMatrixError
 
 if TYPE_CHECKING:
     from ..selection import Kernel
 
-# CI logs are wider than rich's 80-column default for non-terminals.
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-stdout = Console(width=None if sys.stdout.isatty() else 240)
+# CI logs are wider than rich's 80-column default for non-terminals. Markup is off:
+# messages carry user text (names, paths, build.toml values such as `[general.hub]`),
+# which must print literally; styles come from `styled`, never from the text.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False, highlight=False)
+stdout = Console(width=None if sys.stdout.isatty() else 240, markup=False, highlight=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line from plain strings and (text, style) pairs; no string is parsed as markup."""
+    return Text.assemble(*parts)
 
 
 def error(line: str) -> None:
-    console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True, markup=True)
+    console.print(styled(("error:", "red"), " ", line), soft_wrap=True)
 
 
 def each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kernel, str | None], None]) -> None:
@@ -31,7 +39,7 @@ def each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kern
         return
     failed = []
     for kernel, subfolder in kernels:
-        console.print(f"[bold]== {kernel.name}[/] ({kernel.dir})", highlight=False)
+        console.print(styled((f"== {kernel.name}", "bold"), f" ({kernel.dir})"))
         try:
             action(kernel, subfolder)
         except KernelMatrixError as exc:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from . import render
-from .console import console, stdout
+from .console import console, stdout, styled
 from .options import (
     KernelDirOption,
     KernelOption,
@@ -58,7 +58,7 @@ def matrix(
         return
     resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
     for warning in resolved.matrix.warnings:
-        console.print(f"[yellow]{warning}[/]", highlight=False, soft_wrap=True)
+        console.print(styled((warning, "yellow")), soft_wrap=True)
     cells = list(resolved.cells)
     event = GithubEvent.from_environment()
     check_runners(resolved.matrix, cells, event)

@@ -10,7 +10,7 @@ import typer
 
 from ..abi import MANYLINUX
 from . import render
-from .console import console, stdout
+from .console import console, stdout, styled
 from .options import BuildDirOption, KernelDirOption, KernelOption, MatrixFileOption, selection_of
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def publish(
             card=kernel_card(config, target, release.metadata),
             message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
             tag=tag,
-            log=lambda m: console.print(f"[yellow]{m}[/]"),
+            log=lambda m: console.print(styled((m, "yellow"))),
         )
         _print_plan(outcome.plan, dry_run=False)
         if outcome.commit:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from ..abi import AbiReport
@@ -23,8 +24,11 @@ def _table(title: str, columns: Iterable[str]) -> Table:
     return table
 
 
-def _status(ok: bool, text: str) -> str:
-    return f"[{'green' if ok else 'red'}]{text}[/]"
+def _status(ok: bool, text: str) -> Text:
+    return Text(text, style="green" if ok else "red")
+
+
+_OK = Text("ok", style="green")
 
 
 def cells_table(title: str, cells: Sequence[Cell]) -> Table:
@@ -59,7 +63,7 @@ def build_results_table(results: Sequence[CellResult]) -> Table:
 def native_summary(rows: list[tuple[str, str]]) -> Table:
     grid = Table.grid(padding=(0, 2))
     for key, value in rows:
-        grid.add_row(f"[bold]{key}[/]", value)
+        grid.add_row(Text(key, style="bold"), value)
     return grid
 
 
@@ -75,8 +79,8 @@ def abi_table(name: str, reports: Sequence[AbiReport], python_abi: str, manylinu
     for report in reports:
         table.add_row(
             report.library.name,
-            "\n".join(report.abi3_violations) or "[green]ok[/]",
-            "\n".join(report.manylinux_violations) or ("[green]ok[/]" if report.manylinux else "-"),
+            "\n".join(report.abi3_violations) or _OK,
+            "\n".join(report.manylinux_violations) or (_OK if report.manylinux else "-"),
         )
     return table
 
