@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +25,13 @@ import docker
 from . import abi, images
 from .buildtoml import BuildConfig, load_build_toml
 from .container_output import check_tree, copy_regular
+from .dependencies import container_mounts
+from .dependencies import resolve as resolve_dependency
 from .engine import Limits, Mount, build_user, connect, container
 from .errors import BuildError, EngineError, KernelMatrixError
 from .layout import BuildDir, is_built
 from .matrix import Cell
-from .native_build import DEPS_DIR_ENV, declared_dependencies
+from .native_build import declared_dependencies
 from .objcache import ObjectCache
 from .provenance import BUILDER_GIT_ENV, BUILDER_IMAGE_ENV, SOURCE_GIT_ENV, builder_git_state, git_state
 from .resources import memory_per_build, plan_parallelism
@@ -42,8 +44,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 RUN_LABEL = "kernel-matrix.run"
 # Where a build container writes new object-cache entries (the shared cache is read-only to it).
 CACHE_WRITES = "/out/.cache-new"
-# Where it finds the host's $KERNEL_MATRIX_DEPS_DIR.
-CONTAINER_DEPS_DIR = "/deps"
 
 
 @dataclass(frozen=True)
@@ -105,26 +105,19 @@ def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str
 def input_hash(cell: Cell, image_id: str, kernel_dir: Path, dependencies: set[str]) -> str:
     """Everything a cell's variant is made from: the cell, the builder image, the
     kernel's sources, the headers of its `dependencies` (its build.toml's, beyond
-    torch) and kernel-matrix itself (not its tests or benchmarks)."""
-    deps = dependencies_dir()
+    torch: a pin's digest, fetched here first, or an override's files) and
+    kernel-matrix itself (not its tests or benchmarks)."""
     parts = [
         cell.to_json(),
         image_id,
         _file_digests(kernel_dir, skip=("tests", "benchmarks", ".git", "build")),
         _file_digests(PACKAGE_DIR),
         *(
-            [name, _file_digests(deps / name)]
+            [name, resolve_dependency(name, str(kernel_dir / "build.toml")).fingerprint()]
             for name in sorted(dependencies)
-            if deps is not None and (deps / name).is_dir()
         ),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def dependencies_dir() -> Path | None:
-    """The host's $KERNEL_MATRIX_DEPS_DIR (<dir>/<dependency>/include, e.g. CUTLASS's headers), if it is one."""
-    root = os.environ.get(DEPS_DIR_ENV)
-    return Path(root).resolve() if root and Path(root).is_dir() else None
 
 
 def builder_for(
@@ -254,6 +247,7 @@ def build_cells(
                 cache_dir=cache_dir,
                 run_label=run_label,
                 limits=limits,
+                dependencies=dependencies or (),
             )
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
@@ -405,6 +399,7 @@ def build_cell(
     cache_dir: Path | None = None,
     run_label: str = "",
     limits: Limits | None = None,
+    dependencies: Collection[str] = (),
 ) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
@@ -435,10 +430,10 @@ def build_cell(
             Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
             Mount(Path(private), "/out", read_only=False),
         ]
-        deps = dependencies_dir()
-        if deps is not None:  # the dependencies' headers, read-only, where the build inside looks for them
-            mounts.append(Mount(deps, CONTAINER_DEPS_DIR))
-            env[DEPS_DIR_ENV] = CONTAINER_DEPS_DIR
+        # The declared dependencies' folders only, read-only (fetched on the host: no network inside).
+        dependency_mounts, dependency_env = container_mounts(dependencies, str(kernel_dir / "build.toml"))
+        mounts += [Mount(host, inside) for host, inside in dependency_mounts]
+        env.update(dependency_env)
         if cache_dir is not None:
             # Read-only: new entries go to /out/.cache-new, merged below once checked.
             cache_dir.mkdir(parents=True, exist_ok=True)

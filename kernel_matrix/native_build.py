@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,6 +29,8 @@ from .buildtoml import (
 )
 from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
 from .compile import PY_LIMITED_API, PathMap, Step, cxx_compile, link_shared, nvcc_compile, run_steps
+from .dependencies import Resolved
+from .dependencies import resolve as resolve_dependency
 from .errors import BuildError, ConfigError, ToolchainError
 from .objcache import ObjectCache
 from .provenance import git_state, toolchain
@@ -241,6 +242,7 @@ def build_steps(
     # Insertion-ordered, not a set: a set's order changes from run to run, and
     # so would the binding's command line (and its cache key).
     section_dirs: dict[Path, None] = {}
+    dependencies = plan_dependencies(plan)  # fetched here if not in the cache yet
     # The same bytes from any checkout and any torch install (compile.PathMap).
     path_map = PathMap(
         {
@@ -248,7 +250,8 @@ def build_steps(
             plan.torch.torch_dir.parent: "site-packages",
             plan.torch.python_include: "python-include",
             REGISTRATION_INCLUDE.parent: "kernel_matrix",
-            **({Path(os.environ[DEPS_DIR_ENV]): "deps"} if os.environ.get(DEPS_DIR_ENV) else {}),
+            # A pin's folder is named by its digest, an override's by the host: both recorded by name.
+            **{found.folder: f"deps/{name}" for name, found in dependencies.items()},
         }
     )
     # The stage's scratch folder is new every build; -g records it (nvcc's host stub
@@ -310,7 +313,7 @@ def build_steps(
     for name, kernel in plan.sections().items():
         includes = [kernel_dir / d for d in kernel.include]
         section_dirs.update(dict.fromkeys(includes))
-        includes += dependency_includes(kernel_dir, name, kernel.depends)
+        includes += [dependencies[d].include for d in kernel.depends if d != "torch"]
         cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
         for src in kernel.src:
             source = kernel_dir / src
@@ -369,22 +372,6 @@ def build_steps(
     return compiles, link
 
 
-# Where a kernel's C++ dependencies' headers are found: <dir>/<dependency>/include
-# (kernel-matrix downloads no sources; CUTLASS is headers only).
-DEPS_DIR_ENV = "KERNEL_MATRIX_DEPS_DIR"
-# What each dependency is, for the message that asks for it (kernels-data's deps.rs, nix-builder's versions).
-DEPENDENCY_SOURCES = {
-    "cutlass_2_10": "CUTLASS 2.10.0",
-    "cutlass_3_5": "CUTLASS 3.5.1",
-    "cutlass_3_6": "CUTLASS 3.6.0",
-    "cutlass_3_8": "CUTLASS 3.8.0",
-    "cutlass_3_9": "CUTLASS 3.9.2",
-    "cutlass_4_0": "CUTLASS 4.0.0",
-    "cutlass_4_4": "CUTLASS 4.4.2",
-    "cutlass_4_5": "CUTLASS 4.5.2",
-}
-
-
 def declared_dependencies(config: BuildConfig) -> set[Dependency]:
     """The dependencies beyond torch that the sections kernel-matrix builds declare."""
     return {d for backend in BUILDABLE_BACKENDS for k in config.kernels_for(backend).values() for d in k.depends} - {
@@ -392,23 +379,15 @@ def declared_dependencies(config: BuildConfig) -> set[Dependency]:
     }
 
 
-def dependency_includes(kernel_dir: Path, section: str, depends: Sequence[str]) -> list[Path]:
-    """The include dirs of a section's `depends` (torch's are always there)."""
-    found = []
-    for dependency in depends:
-        if dependency == "torch":
-            continue
-        root = os.environ.get(DEPS_DIR_ENV)
-        include = Path(root) / dependency / "include" if root else None
-        if include is None or not include.is_dir():
-            what = DEPENDENCY_SOURCES.get(dependency, dependency)
-            raise ToolchainError(
-                f"{kernel_dir / 'build.toml'}: [kernel.{section}] depends on {dependency} ({what} headers), which "
-                f"kernel-matrix does not download: put them in $"
-                + f"{DEPS_DIR_ENV}/{dependency}/include"
-                + (f" ({include} is not a folder)" if include else f" and set {DEPS_DIR_ENV}")
-            )
-        found.append(include)
+def plan_dependencies(plan: BuildPlan) -> dict[str, Resolved]:
+    """Each dependency of the plan's sections, by name: its folder (holding include/),
+    from $KERNEL_MATRIX_DEPS_DIR or the pin's cache (dependencies.resolve)."""
+    found: dict[str, Resolved] = {}
+    for name, kernel in plan.sections().items():
+        for dependency in kernel.depends:
+            if dependency != "torch" and dependency not in found:
+                where = f"{plan.kernel_dir / 'build.toml'}: [kernel.{name}]"
+                found[dependency] = resolve_dependency(dependency, where)
     return found
 
 
@@ -474,12 +453,15 @@ def build_variant(
             kernel_git=git_state(plan.kernel_dir),
             python_depends=python_depends(plan.config, plan.backend),
             upstream=general.upstream,
+            # The headers of its `depends` are part of what compiled it (variant_dir's
+            # provenance has no place of their own for them): name -> pin and digest.
             toolchain=toolchain(
                 torch_version=plan.torch.version,
                 python=plan.torch.python,
                 cxx=plan.cxx,
                 nvcc=str(plan.nvcc.path) if plan.nvcc else None,
-            ),
+            )
+            | {name: found.record() for name, found in plan_dependencies(plan).items()},
         )
     return BuildResult(final, compiled=counts[False], cached=counts[True])
 

@@ -179,28 +179,32 @@ def _default_sigint() -> None:
 
 
 def test_a_dependencys_headers_reach_the_build_container(local_cuda_cell, kernel_copy, tmp_path, monkeypatch):
-    """`depends = [..., "cutlass_3_6"]`: its headers come from the host's $KERNEL_MATRIX_DEPS_DIR, mounted
-    read-only; without it the cell fails with the one line naming the dependency."""
+    """`depends = [..., "cutlass_3_6"]`: the pin is fetched on the host (PyPI's nvidia-cutlass 3.6.0.0) and
+    only its folder is mounted, read-only; $KERNEL_MATRIX_DEPS_DIR/cutlass_3_6 overrides it. Either is an
+    input of the cell (a changed override builds it again) and metadata.json records which one it was."""
     toml = kernel_copy / "build.toml"
     text = toml.read_text()
     toml.write_text(
         text.replace('backend = "cuda"\ndepends = []', 'backend = "cuda"\ndepends = ["torch", "cutlass_3_6"]')
     )
     source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
-    source.write_text('#include "cutlass/probe.h"\nstatic_assert(CUTLASS_PROBE == 36);\n' + source.read_text())
+    probe = '#include "cutlass/version.h"\nstatic_assert(CUTLASS_MAJOR == 3 && CUTLASS_MINOR == 6);\n'
+    source.write_text(probe + source.read_text())
     monkeypatch.delenv("KERNEL_MATRIX_DEPS_DIR", raising=False)
-    missing = container_build_cli(local_cuda_cell, tmp_path / "without", kernel_copy, "--cuda-capabilities", "9.0")
-    assert missing.returncode == ExitCode.BUILD
-    assert "depends on cutlass_3_6" in missing.stdout + missing.stderr
+    monkeypatch.setenv("KERNEL_MATRIX_DEPS_CACHE", str(tmp_path / "cache"))
+    pinned = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
+    assert pinned.returncode == 0, pinned.stdout[-2000:] + pinned.stderr
+    metadata = tmp_path / "with" / local_cuda_cell.name / "metadata.json"
+    assert json.loads(metadata.read_text())["provenance"]["toolchain"]["cutlass_3_6"].startswith("CUTLASS 3.6.0, ")
     headers = tmp_path / "deps" / "cutlass_3_6" / "include" / "cutlass"
     headers.mkdir(parents=True)
-    (headers / "probe.h").write_text("#define CUTLASS_PROBE 36\n")
+    (headers / "version.h").write_text("#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 6\n")
     monkeypatch.setenv("KERNEL_MATRIX_DEPS_DIR", str(tmp_path / "deps"))
     built = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr
-    assert (tmp_path / "with" / local_cuda_cell.name / "metadata.json").is_file()
+    assert "(not pinned)" in json.loads(metadata.read_text())["provenance"]["toolchain"]["cutlass_3_6"]
     # The headers are an input: changing them builds the cell again.
-    (headers / "probe.h").write_text("#define CUTLASS_PROBE 36\n// changed\n")
+    (headers / "version.h").write_text("#define CUTLASS_MAJOR 3\n#define CUTLASS_MINOR 6\n// changed\n")
     again = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr
     assert f"| {local_cuda_cell.name} | built |" in (tmp_path / "with" / "summary.md").read_text()

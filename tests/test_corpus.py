@@ -7,7 +7,6 @@ says which cells CI builds."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ import pytest
 from conftest import REPO, kernel_matrix, variant_backend
 
 from kernel_matrix.buildtoml import load_build_toml
-from kernel_matrix.errors import ExitCode
 
 CORPUS = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
 KERNELS = ["activation", "einops", "layer-norm", "quantization-gptq", "relu", "rotary"]
@@ -145,29 +143,3 @@ def test_the_kernels_own_tests_pass_on_cpu(kernel, expected, corpus_builds):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert expected in result.stdout and f"the kernels_ci tests of {kernel}" in result.stderr
     assert not list((CORPUS / kernel / "tests").rglob("__pycache__")), "the kernel's folder is never written"
-
-
-def test_a_dependency_that_is_not_there_is_one_line_exit_4(tmp_path):
-    kernel = tmp_path / "relu"
-    shutil.copytree(CORPUS / "relu", kernel)
-    toml = kernel / "build.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = ["torch"]',
-            '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = ["torch", "cutlass_3_8"]',
-        )
-    )
-    result = kernel_matrix(
-        "build",
-        "--kernel-dir",
-        str(kernel),
-        "--build-dir",
-        str(tmp_path / "b"),
-        "--backend",
-        "cpu",
-        env={k: v for k, v in os.environ.items() if k != "KERNEL_MATRIX_DEPS_DIR"},
-    )
-    assert result.returncode == ExitCode.TOOLCHAIN, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "depends on cutlass_3_8 (CUTLASS 3.8.0 headers)" in errors[0]
-    assert "KERNEL_MATRIX_DEPS_DIR" in errors[0]
