@@ -23,16 +23,18 @@ from typing import Any
 import docker
 
 from . import abi, images
+from .build_request import BuildRequest
 from .buildtoml import BuildConfig, load_build_toml
 from .container_output import check_tree, copy_regular
 from .dependencies import container_mounts
 from .dependencies import resolve as resolve_dependency
 from .engine import Limits, Mount, build_user, connect, container
 from .errors import BuildError, EngineError, KernelMatrixError
+from .github_event import GithubEvent
 from .layout import BuildDir, is_built
 from .matrix import Cell
 from .native_build import declared_dependencies
-from .objcache import ObjectCache
+from .objcache import MAX_SCOPE_BYTES, ObjectCache
 from .provenance import BUILDER_GIT_ENV, BUILDER_IMAGE_ENV, SOURCE_GIT_ENV, builder_git_state, git_state
 from .resources import memory_per_build, plan_parallelism
 from .selection import KernelCells, Resolved
@@ -42,8 +44,12 @@ from .variants import host_arch
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Marks the containers of one `build` run, so an interrupt can kill exactly those.
 RUN_LABEL = "kernel-matrix.run"
-# Where a build container writes new object-cache entries (the shared cache is read-only to it).
+# Where a build container writes new object-cache entries (its cache scopes are read-only to it).
 CACHE_WRITES = "/out/.cache-new"
+# Where it finds the cache scopes the host chose for it: /cache/0 its own, /cache/1 ... others it reads.
+CONTAINER_CACHE = "/cache"
+# Where it finds its BuildRequest (a folder of the host's, read-only).
+CONTAINER_REQUEST = "/km-request/request.json"
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,7 @@ def build_cells(
     image_kind: str,
     jobs: int | None,
     cache_dir: Path | None = None,
+    trusted: bool = True,
     config: BuildConfig | None = None,
     log: Callable[[str], None] = print,
     on_status: Callable[[Cell, str], None] = lambda cell, status: None,
@@ -192,8 +199,14 @@ def build_cells(
     Builder images are made first, one at a time (cells share them). Then the
     cells build in parallel, each with its share of the cores; on Ctrl-C or
     SIGTERM every running build container is killed before the interrupt goes on.
-    cache_dir: the object cache, shared by all cells (None: no cache)."""
+    cache_dir: the object cache's root (None: no cache); the cells read and fill the
+    kernel's scope at their trust level (`trusted`: not a pull request's build), which
+    the host alone picks (ObjectCache.for_kernel)."""
     build_dir.mkdir(parents=True, exist_ok=True)
+    config = config or load_build_toml(kernel_dir)
+    cache = None
+    if cache_dir is not None:
+        cache = ObjectCache.for_kernel(cache_dir, config.general.name, trusted=trusted)
     pip = images.PipSetup.from_host()
     started = {cell.name: time.monotonic() for cell in cells}
     results: dict[str, CellResult] = {}
@@ -211,7 +224,7 @@ def build_cells(
             image_id = client.images.get(image).id
             assert image_id is not None  # the engine's images all have one
             if dependencies is None:
-                dependencies = set(declared_dependencies(config or load_build_toml(kernel_dir)))
+                dependencies = set(declared_dependencies(config))
             inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies)
             record = BuildDir(build_dir).inputs_record(cell.name)
             built = is_built(build_dir / cell.name)
@@ -244,7 +257,7 @@ def build_cells(
                 kernel_dir=kernel_dir,
                 build_dir=build_dir,
                 jobs=parallel.compiles,
-                cache_dir=cache_dir,
+                cache=cache,
                 run_label=run_label,
                 limits=limits,
                 dependencies=dependencies or (),
@@ -278,6 +291,9 @@ def build_cells(
         raise
     finally:
         pool.shutdown(wait=True)
+    if cache is not None:
+        with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
+            cache.prune(MAX_SCOPE_BYTES)
     return [results[cell.name] for cell in cells]
 
 
@@ -288,6 +304,7 @@ def run_builds(
     image_kind: str,
     jobs: int | None,
     cache_dir: Path | None,
+    trusted: bool = True,
     log: Callable[[str], None] = print,
     progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
 ) -> list[CellResult]:
@@ -310,6 +327,7 @@ def run_builds(
                 image_kind=image_kind,
                 jobs=jobs,
                 cache_dir=cache_dir,
+                trusted=trusted,
                 config=item.kernel.config,
                 log=log,
                 on_status=on_status,
@@ -350,6 +368,7 @@ def build_selection(
         image_kind=image_kind,
         jobs=jobs,
         cache_dir=cache_dir,
+        trusted=GithubEvent.from_environment().trusted,
         log=log,
         progress=progress,
     )
@@ -396,14 +415,16 @@ def build_cell(
     kernel_dir: Path,
     build_dir: Path,
     jobs: int | None,
-    cache_dir: Path | None = None,
+    cache: ObjectCache | None = None,
     run_label: str = "",
     limits: Limits | None = None,
     dependencies: Collection[str] = (),
 ) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
-    and the build's statistics (objects compiled and cached)."""
+    and the build's statistics (objects compiled and cached). cache: the scopes the
+    build reads (mounted read-only); its new entries are merged into cache.root
+    once the variant has passed its checks."""
     if cell.variant.arch != host_arch():
         raise EngineError(f"{cell.name}: an {cell.variant.arch} cell cannot be built on this {host_arch()} host")
     kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
@@ -422,38 +443,39 @@ def build_cell(
     logs.mkdir(parents=True, exist_ok=True)
     # The container writes into a folder of its own: what it made is checked
     # before it may replace anything in build_dir.
-    with tempfile.TemporaryDirectory(prefix=f".{cell.name}.container-", dir=build_dir) as private:
+    with (
+        tempfile.TemporaryDirectory(prefix=f".{cell.name}.container-", dir=build_dir) as private,
+        tempfile.TemporaryDirectory(prefix=f".{cell.name}.request-", dir=build_dir) as request_dir,
+    ):
         Path(private).chmod(0o755)
+        Path(request_dir).chmod(0o755)
         os.chown(private, *user)
+        request = BuildRequest(
+            kernel_dir="/src",
+            out_dir="/out",
+            variant=cell.name,
+            backend=cell.variant.backend,
+            capabilities=cell.capabilities,
+            jobs=jobs,
+            cache_reads=tuple(f"{CONTAINER_CACHE}/{i}" for i in range(len(cache.reads))) if cache else (),
+            cache_writes=CACHE_WRITES if cache else None,
+        )
+        request.write(Path(request_dir) / Path(CONTAINER_REQUEST).name)
         mounts = [
             Mount(kernel_dir, "/src"),
             Mount(PACKAGE_DIR, "/opt/kernel-matrix/kernel_matrix"),
             Mount(Path(private), "/out", read_only=False),
+            Mount(Path(request_dir), str(Path(CONTAINER_REQUEST).parent)),
         ]
         # The declared dependencies' folders only, read-only (fetched on the host: no network inside).
         dependency_mounts, dependency_env = container_mounts(dependencies, str(kernel_dir / "build.toml"))
         mounts += [Mount(host, inside) for host, inside in dependency_mounts]
         env.update(dependency_env)
-        if cache_dir is not None:
-            # Read-only: new entries go to /out/.cache-new, merged below once checked.
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            mounts.append(Mount(cache_dir.resolve(), "/cache"))
-        argv = [
-            f"{images.VENV}/bin/python",
-            "-m",
-            "kernel_matrix",
-            "build",
-            "--kernel-dir",
-            "/src",
-            "--build-dir",
-            "/out",
-            # The cell itself: its backend and capabilities (the matrix's, or --cuda-capabilities'),
-            # and the variant the build inside must make (checked there before anything is written).
-            "--cell",
-            json.dumps(cell.to_json(), separators=(",", ":")),
-            *(["--jobs", str(jobs)] if jobs else []),
-            *(["--cache-dir", "/cache", "--cache-writes", CACHE_WRITES] if cache_dir is not None else ["--no-cache"]),
-        ]
+        for i, scope in enumerate(cache.reads if cache else ()):
+            # Only this kernel's scopes, read-only: new entries go to /out/.cache-new, merged below once checked.
+            scope.mkdir(parents=True, exist_ok=True)
+            mounts.append(Mount(scope.resolve(), f"{CONTAINER_CACHE}/{i}"))
+        argv = [f"{images.VENV}/bin/python", "-m", "kernel_matrix.cli.worker", CONTAINER_REQUEST]
         labels = {RUN_LABEL: run_label} if run_label else {}
         with container(
             client,
@@ -490,9 +512,9 @@ def build_cell(
         abi_gate(Path(private) / cell.name, cell.name)
         final = build_dir / cell.name
         replace_dir(Path(private) / cell.name, final)
-        if cache_dir is not None:
+        if cache is not None:
             with contextlib.suppress(OSError):  # a full or read-only cache only costs a later compile
-                ObjectCache(cache_dir).merge(Path(private) / CACHE_WRITES.removeprefix("/out/"))
+                cache.merge(Path(private) / CACHE_WRITES.removeprefix("/out/"))
     return final, stats
 
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Set (to anything but "" or "0") to treat a local run as a pull request's: for building
+# someone else's kernel or branch, whose files may not choose indexes, images or caches.
+UNTRUSTED_ENV = "KERNEL_MATRIX_UNTRUSTED"
 # Events that run a pull request's files (its head or merge commit).
 PULL_REQUEST_EVENTS = frozenset(
     {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment", "merge_group"}
@@ -30,6 +33,7 @@ GITHUB_HOSTED_LABEL = re.compile(r"^(ubuntu|windows|macos)-(latest|\d+(\.\d+)?)(
 class GithubEvent:
     name: str | None  # None outside GitHub Actions
     from_fork: bool  # the code comes from another repository than the one the workflow runs in
+    declared_untrusted: bool = False  # KERNEL_MATRIX_UNTRUSTED: a local run of someone else's files
 
     @property
     def pull_request(self) -> bool:
@@ -40,12 +44,19 @@ class GithubEvent:
         """Whether this run's jobs may only run on GitHub-hosted runners."""
         return self.pull_request or self.from_fork
 
+    @property
+    def trusted(self) -> bool:
+        """Whether this run's files are the repository's own: only such a run may choose
+        package indexes and base images, and write the cache a release build reads."""
+        return not (self.pull_request or self.from_fork or self.declared_untrusted)
+
     @staticmethod
     def from_environment(environ: dict[str, str] | None = None) -> GithubEvent:
         environ = dict(os.environ if environ is None else environ)
         name = environ.get("GITHUB_EVENT_NAME") or None
+        untrusted = environ.get(UNTRUSTED_ENV, "") not in ("", "0")
         if name is None:
-            return GithubEvent(name=None, from_fork=False)
+            return GithubEvent(name=None, from_fork=False, declared_untrusted=untrusted)
         payload: dict[str, Any] = {}
         path = environ.get("GITHUB_EVENT_PATH")
         if path:
@@ -54,7 +65,8 @@ class GithubEvent:
                 payload = loaded if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 payload = {}
-        return GithubEvent(name=name, from_fork=_from_fork(name, payload, environ.get("GITHUB_REPOSITORY", "")))
+        fork = _from_fork(name, payload, environ.get("GITHUB_REPOSITORY", ""))
+        return GithubEvent(name=name, from_fork=fork, declared_untrusted=untrusted)
 
 
 def _from_fork(name: str, payload: dict[str, Any], repository: str) -> bool:

@@ -4,7 +4,7 @@
 <root>/<kernel>/<variant>/          a matrix of several kernels: a folder per kernel
 <folder>/logs/<variant>.<kind>      build, container and wheel logs of a variant
 <folder>/.inputs/<variant>.sha256   what a container-built variant was made from
-<root>/.cache/objects/              the compiled-object cache, shared by every kernel
+<root>/.cache/objects/<trust>/<kernel>/  the compiled-object cache: a scope per kernel and trust
 <root>/summary.md                   the last container build's table
 """
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .variant_dir import METADATA
+# Written last into a variant folder: its presence means the variant is whole.
+METADATA = "metadata.json"
 
 
 def is_built(variant_dir: Path) -> bool:
@@ -55,9 +56,17 @@ class BuildDir:
 
     @property
     def cache(self) -> Path:
-        """The default object cache: one for all kernels (keys hold the whole command line)."""
+        """The default object cache's root (--cache-dir): the scopes of every kernel are under it."""
         return self.root / ".cache" / "objects"
 
     @property
     def summary(self) -> Path:
         return self.root / "summary.md"
+
+
+def cache_scope(cache_root: Path, kernel: str, *, trusted: bool) -> Path:
+    """One kernel's objects at one trust level. The host alone picks a build's scopes
+    (objcache.ObjectCache.for_kernel): a kernel never reads what another kernel's
+    build wrote, and a trusted build never reads what an untrusted one wrote.
+    kernel: build.toml's name (its schema allows only [-a-z0-9], so one path component)."""
+    return cache_root / ("trusted" if trusted else "untrusted") / kernel

@@ -5,7 +5,6 @@ profile) to cells; all pruning happens here, never in workflow YAML."""
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from . import data
 from .buildtoml import BUILDABLE_BACKENDS
 from .capabilities import default_capabilities
-from .errors import ConfigError, ToolchainError
+from .errors import ConfigError
 from .github_event import GithubEvent, is_github_hosted
 from .matrix_schema import (
     Arch,
@@ -90,30 +89,6 @@ class Cell:
             "gpu_test": v.backend == "cuda",
             "artifact": f"variant-{self.kernel}-{v.name}" if self.kernel else f"variant-{v.name}",
         }
-
-
-@dataclass(frozen=True)
-class CellRequest:
-    """A cell as a build container receives it (`build --cell`, the JSON of Cell.to_json):
-    what to build, and the variant the build must turn out to be."""
-
-    variant: str
-    backend: str
-    capabilities: tuple[str, ...]
-
-    @staticmethod
-    def parse(text: str) -> CellRequest:
-        try:
-            data = json.loads(text)
-            return CellRequest(str(data["variant"]), str(data["backend"]), tuple(map(str, data["capabilities"])))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"--cell: not a matrix cell's JSON ({type(exc).__name__}: {exc})") from None
-
-    def check(self, made: str, toolchain: str) -> None:
-        """Refuse, before anything is written, a builder that would make another variant
-        (a wrong image: another torch or CUDA)."""
-        if made != self.variant:
-            raise ToolchainError(f"this builder ({toolchain}) makes {made}, not the cell {self.variant}")
 
 
 @dataclass

@@ -11,7 +11,16 @@ the same paths, so the binding's command line is the same in each.
 
 So the torch-free CUDA file, compiled with the same nvcc, flags and headers,
 compiles once per CUDA version and is reused by every torch version's build; a
-binding compiled against torch's headers misses when those headers differ."""
+binding compiled against torch's headers misses when those headers differ.
+
+What an entry claims (its key and listed inputs) is written by the build that
+made it, and a container build is the kernel's own code: the cache cannot check
+the claim without compiling again. So the claim is only ever believed by the
+build that could have made it: caches are scoped (layout.cache_scope) by kernel
+and trust, the host picks the scopes a build reads and the one its new entries
+are merged into, and a pull request's build never writes where a trusted build
+reads. Within a scope, newer entries go first and the oldest are dropped
+(MAX_ENTRIES per command line, `prune` for the scope's size)."""
 
 from __future__ import annotations
 
@@ -26,6 +35,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .layout import cache_scope
+
 # Variables that change what gcc or nvcc compile without showing on the command line
 # (SOURCE_DATE_EPOCH: __DATE__ and __TIME__; compile.py pins it when unset).
 COMPILER_ENVIRONMENT = (
@@ -36,6 +47,8 @@ COMPILER_ENVIRONMENT = (
     "CPLUS_INCLUDE_PATH",
     "SOURCE_DATE_EPOCH",
 )
+# A scope's size after a build: the least recently written command lines go first.
+MAX_SCOPE_BYTES = 8 * 1024**3
 # Objects kept per command line: one per torch version and CUDA toolchain in use, with room.
 MAX_ENTRIES = 16
 # A make rule's prerequisites are separated by unescaped whitespace.
@@ -46,25 +59,37 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ObjectCache:
-    """root: where compiles are looked up. writes: where new entries go (default:
-    root). A container build reads the shared cache read-only and writes into a
-    folder of its own, which the host checks and merges (`merge`) once the cell
-    has built: no build can change an entry or object another build reads."""
+    """root: the scope compiles are looked up in and new entries go to.
+    also_reads: further scopes looked up after it (a pull request's build also
+    reads the trusted scope, never writes it). writes: where new entries go
+    instead of root: a container build reads its scopes read-only and writes into
+    a folder of its own, which the host checks and merges (`merge`) into the scope
+    it chose once the cell has built."""
 
-    def __init__(self, root: Path, *, writes: Path | None = None):
+    def __init__(self, root: Path, *, also_reads: tuple[Path, ...] = (), writes: Path | None = None):
         self.root = root
+        self.reads = (root, *also_reads)
         self.writes = writes or root
         self._hashes: dict[Path, tuple[int, int, str]] = {}
 
+    @staticmethod
+    def for_kernel(cache_root: Path, kernel: str, *, trusted: bool, writes: Path | None = None) -> ObjectCache:
+        """The cache a build of `kernel` uses: its own scope at its trust level, and for an
+        untrusted build (a pull request's) the kernel's trusted scope too, read only."""
+        also = () if trusted else (cache_scope(cache_root, kernel, trusted=True),)
+        return ObjectCache(cache_scope(cache_root, kernel, trusted=trusted), also_reads=also, writes=writes)
+
     def fetch(self, argv: list[str], output: Path, compilers: list[str]) -> bool:
         """Copy the cached object for this compile to output; False on a miss."""
-        for entry in self._entries(self._key(argv, output, compilers)):
-            try:
-                if all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items()):
-                    shutil.copyfile(self.root / "objects" / entry["object"], output)
-                    return True
-            except (OSError, KeyError, TypeError):
-                continue  # an input or the object vanished: try the next entry
+        key = self._key(argv, output, compilers)
+        for root in self.reads:
+            for entry in self._entries(key, root):
+                try:
+                    if all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items()):
+                        shutil.copyfile(root / "objects" / entry["object"], output)
+                        return True
+                except (OSError, KeyError, TypeError, AttributeError):
+                    continue  # an input or the object vanished: try the next entry
         return False
 
     def store(
@@ -93,10 +118,11 @@ class ObjectCache:
 
     def merge(self, staged: Path) -> int:
         """Take a container build's new entries from staged (checked by
-        container_output.check_tree: plain files only) into this cache; returns
-        how many entries were added. An object must hash to its name and is never
-        overwritten; an entry must be well-formed, name such an object, and never
-        replaces one with the same inputs. Anything else is left out."""
+        container_output.check_tree: plain files only) into this cache's scope,
+        the one the host chose for that build; returns how many entries were
+        added. An object must hash to its name and is never overwritten; an
+        entry must be well-formed and name such an object. New entries go first,
+        replacing one with the same inputs; the oldest beyond MAX_ENTRIES go."""
         for path in sorted((staged / "objects").glob("*")):
             target = self.root / "objects" / path.name
             try:
@@ -110,15 +136,39 @@ class ObjectCache:
             key = path.stem
             if not _SHA256.match(key) or path.parent.name != key[:2]:
                 continue
-            existing = self._entries(key, self.root)
-            known = [e.get("inputs") for e in existing]
-            new = [e for e in self._entries(key, staged) if self._sound(e) and e["inputs"] not in known]
-            if new and len(existing) < MAX_ENTRIES:
-                # Existing entries first: a new one never shadows what is there.
-                merged = (existing + new)[:MAX_ENTRIES]
-                added += len(merged) - len(existing)
-                self._write(self._manifest_path(key, self.root), json.dumps(merged).encode())
+            new = [e for e in self._entries(key, staged) if self._sound(e)][:MAX_ENTRIES]
+            if not new:
+                continue
+            fresh = [e.get("inputs") for e in new]
+            kept = [e for e in self._entries(key, self.root) if e.get("inputs") not in fresh]
+            added += len(new)
+            merged = (new + kept)[:MAX_ENTRIES]
+            self._write(self._manifest_path(key, self.root), json.dumps(merged, sort_keys=True).encode())
         return added
+
+    def prune(self, max_bytes: int) -> int:
+        """Keep this scope under max_bytes: objects no entry names are deleted, then the
+        least recently written command lines' entries and their objects, oldest first.
+        Returns the bytes freed."""
+        manifests = sorted((self.root / "manifests").glob("*/*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        kept: set[str] = set()
+        size = 0
+        freed = 0
+        objects = self.root / "objects"
+        for manifest in manifests:  # newest first: they stay while they fit
+            names = {e.get("object") for e in self._entries(manifest.stem, self.root)}
+            sizes = {n: _size(objects / n) for n in names if isinstance(n, str) and n not in kept}
+            if size + sum(sizes.values()) > max_bytes:
+                freed += _size(manifest)
+                manifest.unlink(missing_ok=True)
+                continue
+            size += sum(sizes.values())
+            kept.update(sizes)
+        for path in objects.glob("*") if objects.is_dir() else []:
+            if path.name not in kept:
+                freed += _size(path)
+                path.unlink(missing_ok=True)
+        return freed
 
     def _sound(self, entry: dict[str, Any]) -> bool:
         inputs, obj = entry.get("inputs"), entry.get("object")
@@ -169,6 +219,13 @@ class ObjectCache:
         # Readable by the unprivileged user builds run as (mkstemp makes 0600 files).
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _changed_since(path: Path, started: float) -> bool:

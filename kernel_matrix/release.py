@@ -13,8 +13,7 @@ from .abi import gate
 from .buildtoml import BuildConfig
 from .container_output import UnsafeOutputError, check_tree
 from .errors import ConfigError, NothingToDoError
-from .layout import is_built
-from .variant_dir import METADATA
+from .layout import METADATA, is_built
 
 if TYPE_CHECKING:
     from .selection import Kernel, Resolved

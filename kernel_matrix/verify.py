@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .compile import SOURCE_DATE_EPOCH
 from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
-from .layout import is_built
-from .variant_dir import METADATA, variant_files
+from .layout import METADATA, is_built
+from .variant_dir import variant_files
 
 if TYPE_CHECKING:
     from .native_build import BuildPlan

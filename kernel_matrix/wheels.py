@@ -26,10 +26,9 @@ from pathlib import Path
 from .abi import MANYLINUX, PYTHON_ABI
 from .container_output import check_tree
 from .errors import AbiError, BuildError, ToolchainError
-from .layout import is_built
+from .layout import METADATA, is_built
 from .matrix import Cell
 from .selection import KernelCells
-from .variant_dir import METADATA
 from .variants import torch_tag
 
 # The .so's libraries that the user's torch wheel (and its nvidia-* dependencies)

@@ -3,6 +3,7 @@ variant rebuild after the CUDA file changed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -113,3 +114,74 @@ def test_changing_one_source_recompiles_only_it_and_renames_the_namespace(kernel
     # The rebuilt variant loads and its op works under its new namespace.
     test = kernel_matrix("test", variant.name, "--build-dir", str(build_dir), "--pytest-arg=-x")
     assert test.returncode == 0, test.stdout + test.stderr
+
+
+def _forge(staged: Path, cache: ObjectCache, argv: list[str], output: Path, listed: Path, payload: bytes) -> None:
+    """What a hostile build container can write: an entry for another compile's key, naming
+    an object of its own and one input it picked (a file that never changes)."""
+    obj = hashlib.sha256(payload).hexdigest()
+    (staged / "objects").mkdir(parents=True, exist_ok=True)
+    (staged / "objects" / obj).write_bytes(payload)
+    key = cache._key(argv, output, [CXX])
+    manifest = staged / "manifests" / key[:2] / f"{key}.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(listed.read_bytes()).hexdigest()
+    manifest.write_text(json.dumps([{"inputs": {str(listed): digest}, "object": obj}]))
+
+
+def test_a_forged_entry_reaches_only_the_scope_of_the_kernel_that_wrote_it(tmp_path):
+    """Issue 23: a cell's staged entries are merged into its own kernel's scope at its trust
+    level; another kernel, and a trusted build of the same kernel, never read them."""
+    (tmp_path / "src.cpp").write_text("int value() { return 3; }\n")
+    (tmp_path / "never-changes.h").write_text("\n")
+    output = tmp_path / "victim.o"
+    argv = [CXX, "-c", str(tmp_path / "src.cpp"), "-o", str(output)]
+    root = tmp_path / "cache"
+    evil_pr = ObjectCache.for_kernel(root, "evil", trusted=False)
+    evil = ObjectCache.for_kernel(root, "evil", trusted=True)
+    _forge(tmp_path / "staged", evil, argv, output, tmp_path / "never-changes.h", b"attacker's object")
+    assert evil_pr.merge(tmp_path / "staged") == 1
+    assert evil.merge(tmp_path / "staged") == 1
+    # The forged entry is believed where it was written (the kernel's own code made it) ...
+    assert ObjectCache.for_kernel(root, "evil", trusted=True).fetch(argv, output, [CXX])
+    assert output.read_bytes() == b"attacker's object"
+    output.unlink()
+    # ... and nowhere else: not by another kernel, trusted or not.
+    for trusted in (True, False):
+        assert not ObjectCache.for_kernel(root, "victim", trusted=trusted).fetch(argv, output, [CXX])
+    assert not output.exists()
+    # A pull request's entries of a kernel never reach that kernel's trusted builds;
+    # a pull request's build reads the trusted scope, and writes only its own.
+    shutil.rmtree(root / "trusted")
+    assert not ObjectCache.for_kernel(root, "evil", trusted=True).fetch(argv, output, [CXX])
+    trusted_victim = ObjectCache.for_kernel(root, "victim", trusted=True)
+    assert _compile(tmp_path, trusted_victim, "trusted") is False
+    pr_victim = ObjectCache.for_kernel(root, "victim", trusted=False)
+    assert _compile(tmp_path, pr_victim, "from-pr") is True
+    assert not (root / "untrusted" / "victim").exists()
+
+
+def test_new_entries_go_first_and_the_oldest_are_evicted(tmp_path):
+    import kernel_matrix.objcache as objcache
+
+    (tmp_path / "src.cpp").write_text("int value() { return 3; }\n")
+    output = tmp_path / "x.o"
+    argv = [CXX, "-c", str(tmp_path / "src.cpp"), "-o", str(output)]
+    cache = ObjectCache(tmp_path / "cache")
+    for n in range(objcache.MAX_ENTRIES + 2):
+        listed = tmp_path / f"input-{n}.h"
+        listed.write_text(str(n))
+        _forge(tmp_path / f"staged-{n}", cache, argv, output, listed, f"object {n}".encode())
+        assert cache.merge(tmp_path / f"staged-{n}") == 1
+    (manifest,) = (tmp_path / "cache" / "manifests").glob("*/*.json")
+    entries = json.loads(manifest.read_text())
+    assert len(entries) == objcache.MAX_ENTRIES
+    assert [Path(next(iter(e["inputs"]))).name for e in entries[:2]] == ["input-17.h", "input-16.h"]
+    # Objects no entry names, then the least recently written command lines, go by size.
+    assert len(list((tmp_path / "cache" / "objects").iterdir())) == objcache.MAX_ENTRIES + 2
+    freed = cache.prune(max_bytes=10**6)
+    assert freed == len(b"object 0") + len(b"object 1")
+    assert len(list((tmp_path / "cache" / "objects").iterdir())) == objcache.MAX_ENTRIES
+    cache.prune(max_bytes=0)
+    assert not list((tmp_path / "cache" / "objects").iterdir())
+    assert not list((tmp_path / "cache" / "manifests").glob("*/*.json"))

@@ -43,7 +43,7 @@ for name, function in COMMANDS.items():
     app.command(name)(function)
 
 
-def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
+def interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # CI runners and `docker stop` send SIGTERM: unwind like Ctrl-C, so that
     # containers are removed and staged builds deleted on the way out.
     raise KeyboardInterrupt
@@ -58,7 +58,7 @@ def main() -> None:
         except ImportError:  # pragma: no cover - older typer uses click itself
             from click import exceptions as click
 
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         # Not standalone: click's own usage errors come here, to be one line too.
         code = app(standalone_mode=False)

@@ -64,7 +64,7 @@ def test_the_build_runs_unprivileged_read_only_and_limited(local_cuda_cell, kern
         # A log of the cell's own name comes back (only those do: see the next test).
         f"exec >> /out/logs/{cell.name}.probe.txt 2>&1\n"
         'echo "uid=$(id -u)"\n'
-        "touch /cache/poison 2>/dev/null && echo cache=written || echo cache=refused\n"
+        "touch /cache/0/poison 2>/dev/null && echo cache=written || echo cache=refused\n"
         "touch /usr/poison 2>/dev/null && echo root=written || echo root=refused\n"
         "touch /tmp/scratch && echo tmp=written || echo tmp=refused\n"
         'echo "pids=$(cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null | head -1)"\n'
