@@ -29,8 +29,9 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from ..build_request import BuildRequest
     from ..compile import Step
-    from ..matrix import CellRequest, Matrix
+    from ..matrix import Matrix
     from ..objcache import ObjectCache
     from ..selection import Kernel, Resolved
 
@@ -66,21 +67,15 @@ def build(
     ] = None,
     cache_dir: Annotated[
         Path | None,
-        typer.Option(help="The compiled-object cache (default: <build-dir>/.cache/objects).", show_default=False),
+        typer.Option(
+            help="The compiled-object cache, shareable between build folders and checkouts; each kernel and trust "
+            "level has its own scope in it (default: <build-dir>/.cache/objects).",
+            show_default=False,
+        ),
     ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
     ] = False,
-    cache_writes: Annotated[
-        Path | None,
-        # Container builds: the shared cache is mounted read-only, new entries go here for the host to check.
-        typer.Option(hidden=True, help="Write new cache entries here instead of into --cache-dir."),
-    ] = None,
-    cell: Annotated[
-        str | None,
-        # Container builds: the matrix cell (its JSON) this build must make, checked before anything is written.
-        typer.Option(hidden=True, help="The matrix cell this build must make, as `matrix --json` gives it."),
-    ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
@@ -95,24 +90,23 @@ def build(
         shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
         _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities)
         return
-    from ..objcache import ObjectCache
+    from ..github_event import GithubEvent
+    from ..objcache import MAX_SCOPE_BYTES, ObjectCache
 
-    expected = None
-    if cell is not None:  # the cell decides the backend and capabilities; the build must make exactly it
-        from ..matrix import CellRequest
-
-        expected = CellRequest.parse(cell)
-        backend, capabilities = expected.backend, list(expected.capabilities) or None
-    cache = None if no_cache else ObjectCache(cache_dir or BuildDir(build_dir).cache, writes=cache_writes)
+    trusted = GithubEvent.from_environment().trusted
 
     def build_one(chosen: Kernel, subfolder: str | None) -> None:
         where = BuildDir(build_dir, subfolder)
-        _build_native(chosen, where, python, backend, jobs, capabilities, cache, expected)
+        cache_root = cache_dir or BuildDir(build_dir).cache
+        cache = None if no_cache else ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted)
+        build_native(chosen, where, python, backend, jobs, capabilities, cache)
+        if cache is not None:
+            cache.prune(MAX_SCOPE_BYTES)
 
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
 
-def _build_native(
+def build_native(
     kernel: Kernel,
     where: BuildDir,
     python: str | None,
@@ -120,8 +114,10 @@ def _build_native(
     jobs: int | None,
     capabilities: list[str] | None,
     cache: ObjectCache | None,
-    expected: CellRequest | None = None,
+    expected: BuildRequest | None = None,
 ) -> None:
+    """One kernel's variant for this host (or, in a build container, for the cell
+    `expected` asks for: refused before anything is written if it would be another)."""
     from ..native_build import build_noarch, build_variant, plan_build, write_build_stats
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
