@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,24 @@ class Step:
     compilers: tuple[str, ...] = ()
     # Arguments that change how, not what, it compiles (nvcc --threads): not in the cache key.
     tuning: tuple[str, ...] = ()
+
+
+@dataclass
+class Progress:
+    """How far run_steps is, for a report while it runs (a long build must not be
+    silent): steps done of all (the compiles and the link), and the slowest compile
+    so far, which is where a build's time goes."""
+
+    total: int = 0
+    done: int = 0
+    slowest: tuple[float, str] | None = None  # seconds, label
+    last: float = 0.0  # the seconds of the step that ended last
+
+    def add(self, step: Step, cached: bool, seconds: float) -> None:
+        self.done += 1
+        self.last = seconds
+        if not cached and step.compilers and (self.slowest is None or seconds > self.slowest[0]):
+            self.slowest = (seconds, step.label)
 
 
 def cxx_compile(
@@ -188,38 +206,49 @@ def run_steps(
     on_done: Callable[[Step, bool], None] = lambda step, cached: None,
     jobs: int | None = None,
     cache: ObjectCache | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Run the compiles in parallel, then the link; the first failure raises BuildError.
-    on_done(step, cached) follows each step; cached is True when the object came from the cache.
+    on_done(step, cached) follows each step as it ends (progress, if given, is updated
+    first); cached is True when the object came from the cache.
     Interrupted (Ctrl-C, or SIGTERM, which the CLI turns into KeyboardInterrupt), it
     stops the compilers that run and starts no other: a build of many files stops at once."""
     stop = threading.Event()  # after the first failure, compiles not yet started are skipped
     children = _Children()
 
-    def run(step: Step) -> tuple[Step, BuildError | None, bool | None]:
+    progress = progress if progress is not None else Progress()
+    progress.total = len(compiles) + 1
+
+    def run(step: Step) -> tuple[Step, BuildError | None, bool | None, float]:
         if stop.is_set():
-            return step, None, None
+            return step, None, None, 0.0
+        started = time.monotonic()
         failure, cached = _run(step, cwd, cache, children)
         if failure is not None:
             stop.set()
-        return step, failure, cached
+        return step, failure, cached, time.monotonic() - started
 
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
-        results = list(pool.map(run, compiles))
+        futures = [pool.submit(run, step) for step in compiles]
+        # Reported as each ends, not once all have: a build of many files says how far it is.
+        for future in as_completed(futures):
+            step, failure, cached, seconds = future.result()
+            if failure is None and cached is not None:
+                progress.add(step, cached, seconds)
+                on_done(step, cached)
     except BaseException:
         stop.set()
         children.stop()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    for step, failure, cached in results:
-        if failure is not None:
+    for future in futures:  # the first failure in the build's order, whichever ended first
+        if (failure := future.result()[1]) is not None:
             raise failure
-        if cached is not None:
-            on_done(step, cached)
     if stop.is_set():  # pragma: no cover - a failure is always in results
         raise BuildError("a compile failed")
+    started = time.monotonic()
     try:
         failure, _ = _run(link, cwd, None, children)
     except BaseException:
@@ -227,6 +256,7 @@ def run_steps(
         raise
     if failure is not None:
         raise failure
+    progress.add(link, False, time.monotonic() - started)
     on_done(link, False)
 
 

@@ -28,7 +28,7 @@ from .buildtoml import (
     load_build_toml,
 )
 from .capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
-from .compile import PY_LIMITED_API, PathMap, Step, cxx_compile, link_shared, nvcc_compile, run_steps
+from .compile import PY_LIMITED_API, PathMap, Progress, Step, cxx_compile, link_shared, nvcc_compile, run_steps
 from .dependencies import Resolved
 from .dependencies import resolve as resolve_dependency
 from .errors import BuildError, ConfigError, ToolchainError
@@ -405,6 +405,7 @@ def build_variant(
     on_step: Callable[[Step, bool], None] = lambda step, cached: None,
     jobs: int | None = None,
     cache: ObjectCache | None = None,
+    progress: Progress | None = None,
 ) -> BuildResult:
     """Build plan's variant into out_dir/<variant>/, atomically.
 
@@ -425,7 +426,15 @@ def build_variant(
         so_path = stage / f"{plan.module}.abi3.so"
         compiles, link = build_steps(plan, work, so_path, parallel=parallel)
         try:
-            run_steps(compiles, link, cwd=plan.kernel_dir, on_done=done, jobs=parallel.compiles, cache=cache)
+            run_steps(
+                compiles,
+                link,
+                cwd=plan.kernel_dir,
+                on_done=done,
+                jobs=parallel.compiles,
+                cache=cache,
+                progress=progress,
+            )
         except BuildError as exc:
             if not exc.log:
                 raise

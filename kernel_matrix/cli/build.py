@@ -118,6 +118,7 @@ def build_native(
 ) -> None:
     """One kernel's variant for this host (or, in a build container, for the cell
     `expected` asks for: refused before anything is written if it would be another)."""
+    from ..compile import Progress
     from ..native_build import build_noarch, build_variant, plan_build, write_build_stats
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
@@ -145,13 +146,23 @@ def build_native(
         )
     )
     started = time.monotonic()
+    progress = Progress()
     with console.status(f"building {plan.variant.name}") as status:
 
         def report(step: Step, cached: bool) -> None:
-            console.print(styled("  ", ("cached" if cached else "done", "green"), f" {step.label}"))
-            status.update(f"building {plan.variant.name}")
+            # As each step ends: how many of all are done and where the time goes (the
+            # slowest compile so far), one line per step, no redrawing (CI logs keep every
+            # redraw); a terminal's status line keeps both in view while compiles run.
+            slowest, count = progress.slowest, f"[{progress.done}/{progress.total}]"
+            took = ""
+            if not cached and step.compilers:
+                newest = slowest is not None and slowest[1] == step.label
+                took = f" ({progress.last:.0f}s{', the slowest so far' if newest else ''})"
+            console.print(styled("  ", ("cached" if cached else "done", "green"), f" {step.label}{took} {count}"))
+            slowest_text = f", slowest {slowest[1]} ({slowest[0]:.0f}s)" if slowest else ""
+            status.update(styled(f"building {plan.variant.name}: {count} done{slowest_text}"))
 
-        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache)
+        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache, progress=progress)
     seconds = time.monotonic() - started
     write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
     rows = [
