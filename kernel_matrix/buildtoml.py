@@ -46,8 +46,9 @@ Dependency = Literal[
 ]
 # A version in build.toml is a string of dot-separated numbers ("2.10").
 Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
-# A CUDA capability: 9.0, or architecture-specific 9.0a / 10.0f.
-Capability = Annotated[str, Field(pattern=r"^\d+\.\d+[af]?$")]
+# A CUDA capability: 9.0, architecture-specific 9.0a / 10.0f, and any of them with
+# kernel-builder's "+PTX" (9.0+PTX: its PTX is embedded too, for later GPUs to JIT).
+Capability = Annotated[str, Field(pattern=r"^\d+\.\d+[af]?(\+PTX)?$")]
 
 
 class Hub(Section):

@@ -24,16 +24,24 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
     `cuda_archs_loose_intersection` does it: for each default target, the
     highest requested capability of the same major that is not above it
     ("8.0" serves an 8.6 target; "9.0a" is kept where 9.0 is a target).
+    A "+PTX" capability ("9.0+PTX") also serves targets of later majors (its
+    PTX is JIT-compiled there) and keeps its suffix: gencode_flags embeds its PTX.
     No request: the defaults. Ascending; an empty result is returned as is
     (the caller reports it against build.toml)."""
     defaults = default_capabilities(cuda_version) if defaults is None else defaults
     if requested is None:
         return sorted(set(defaults), key=capability_order)
+    with_ptx = {strip_ptx(c) for c in requested if c.endswith(PTX_SUFFIX)}
+    requested = [strip_ptx(c) for c in requested]
     chosen = set()
     for target in defaults:
-        same_major = [c for c in requested if _base(c).major == Version(target).major and _base(c) <= Version(target)]
-        if same_major:
-            chosen.add(max(same_major, key=capability_order))
+        serving = [
+            c
+            for c in requested
+            if (_base(c).major == Version(target).major or c in with_ptx) and _base(c) <= Version(target)
+        ]
+        if serving:
+            chosen.add(max(serving, key=capability_order))
     # Never below what this CUDA version's nvcc compiles: kernel-builder would pick 7.0
     # for a 7.5 target, which nvcc 13 cannot build.
     toolkit = data.load("cuda_toolkits").get(cuda_version)
@@ -44,15 +52,21 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
         if capability[-1:] in ("a", "f") and _base(capability) in {Version(t) for t in defaults}:
             chosen.discard(str(_base(capability)))
             chosen.add(capability)
-    return sorted(chosen, key=capability_order)
+    return sorted((c + PTX_SUFFIX if c in with_ptx else c for c in chosen), key=capability_order)
 
 
 # A CUDA capability as build.toml and --cuda-capabilities write it: 9.0, 9.0a, 10.0f.
 CAPABILITY = re.compile(r"^\d+\.\d+[af]?$")
+# kernel-builder's suffix for "embed this capability's PTX too" (build.toml only: 9.0+PTX).
+PTX_SUFFIX = "+PTX"
+
+
+def strip_ptx(capability: str) -> str:
+    return capability.removesuffix(PTX_SUFFIX)
 
 
 def _base(capability: str) -> Version:
-    return Version(capability.rstrip("af"))
+    return Version(strip_ptx(capability).rstrip("af"))
 
 
 def capability_order(capability: str) -> tuple[Version, str]:
@@ -60,15 +74,19 @@ def capability_order(capability: str) -> tuple[Version, str]:
 
 
 def gencode_flags(capabilities: list[str]) -> list[str]:
-    """nvcc flags: machine code for each capability, plus PTX of the highest."""
+    """nvcc flags: machine code for each capability, plus PTX of the highest and
+    of every "+PTX" one (kernel-builder's set_gencode_flags_for_srcs)."""
     flags = []
-    for cap in capabilities:
-        sm = cap.replace(".", "")
-        flags.append(f"-gencode=arch=compute_{sm},code=sm_{sm}")
+    ptx = [strip_ptx(c) for c in capabilities if c.endswith(PTX_SUFFIX)]
     if capabilities:
-        top = capabilities[-1].replace(".", "")
-        flags.append(f"-gencode=arch=compute_{top},code=compute_{top}")
-    return flags
+        ptx.append(strip_ptx(capabilities[-1]))
+    for cap in capabilities:
+        sm = strip_ptx(cap).replace(".", "")
+        flags.append(f"-gencode=arch=compute_{sm},code=sm_{sm}")
+        if strip_ptx(cap) in ptx:
+            flags.append(f"-gencode=arch=compute_{sm},code=compute_{sm}")
+    # Once each: the binding gets every section's list, where 9.0 and 9.0+PTX may meet.
+    return list(dict.fromkeys(flags))
 
 
 def stable_abi_define(version: str) -> str:
