@@ -10,12 +10,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError, TestFailure
-from .layout import is_built
-from .variant_dir import METADATA
+from .layout import METADATA, is_built
+from .variant_dir import render_template
+
+if TYPE_CHECKING:
+    from .buildtoml import BuildConfig
 
 # The kernel's conftest.py reads the variant to load from here...
 VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
@@ -47,45 +51,96 @@ def run_installed_tests(
 
 
 def run_kernel_tests(
-    variant_dir: Path, kernel_dir: Path, *, python: str | None = None, pytest_args: Sequence[str] = ()
+    variant_dir: Path,
+    kernel_dir: Path,
+    *,
+    python: str | None = None,
+    pytest_args: Sequence[str] = (),
+    local_kernels: Mapping[str, Path] | None = None,
 ) -> str:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
-    their `kernels.get_kernel("<repo-id>", version=N)` load this build, and the
-    variant folder is importable by the package's name (`import relu`). Where
-    the kernel marks CI tests (`kernels_ci`), only those run, and none collected
-    is a pass, as upstream. Returns what ran; raises TestFailure if it failed."""
+    their `kernels.get_kernel("<repo-id>", version=N)` load this build (and
+    local_kernels, {repo-id: variant}, the matrix's other kernels built for it),
+    and `import <name>` (submodules too) is the variant package itself. Where
+    the kernel marks CI tests (`kernels_ci`), only those run. None collected is
+    a pass, as upstream's CI takes it. Returns what ran; raises TestFailure if it failed."""
     from .buildtoml import load_build_toml
 
     tests = kernel_dir / "tests"
     if not tests.is_dir():
         return f"{kernel_dir.name} has no tests/: nothing to run"
     config = load_build_toml(kernel_dir)
-    repo_id = config.general.hub.repo_id or f"kernels-community/{config.general.name}"
+    repo_id = hub_repo_id(config)
     marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
+    metadata = json.loads((variant_dir / METADATA).read_text())
     env = {
         VARIANT_ENV: str(variant_dir),
-        "LOCAL_KERNELS": f"{repo_id}={variant_dir}",
+        "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
         # Never the Hub's build instead of this one (a test naming another repo id fails, not downloads).
         "HF_HUB_OFFLINE": "1",
         # The kernel's tests folder is read, never written (it may be someone else's checkout).
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    if (variant_dir / config.general.python_name / "__init__.py").is_file():  # the compat folder
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(variant_dir), os.environ.get("PYTHONPATH")]))
     args = [*(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []), *pytest_args]
     # A copy of tests/ in a folder of its own: the kernel's sources (a `relu/` source
     # folder beside tests/) can never shadow the variant under test.
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
         copy = Path(scratch) / "tests"
         shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
+        # `import <name>` for tests that import the package by name: an alias beside the
+        # copy, on PYTHONPATH (so subprocesses the tests start have it too); the variant
+        # folder gets nothing added, so its digest still holds for the loader.
+        alias = Path(scratch) / "import" / config.general.python_name
+        alias.mkdir(parents=True)
+        (alias / "__init__.py").write_text(
+            render_template(
+                "package_alias.py.in",
+                module=str(metadata["id"]),
+                name=config.general.python_name,
+                variant=repr(str(variant_dir)),
+            )
+        )
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(alias.parent), os.environ.get("PYTHONPATH")]))
         # Run from the copy's parent, as from a kernel's root: `python -m pytest` puts the
         # working folder on sys.path, where activation's tests/kernels/ would shadow `kernels`.
         code = _run_pytest(
-            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=marked, cwd=Path(scratch)
+            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch)
         )
-    selection = "the kernels_ci tests" if marked else "all tests"
-    return f"{selection} of {kernel_dir.name}" + (" (none collected)" if code == NO_TESTS_COLLECTED else "")
+    if code == NO_TESTS_COLLECTED:
+        marker = " marked kernels_ci" if marked else ""
+        return f"0 tests of {kernel_dir.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
+    return f"{'the kernels_ci tests' if marked else 'all tests'} of {kernel_dir.name}"
+
+
+def hub_repo_id(config: BuildConfig) -> str:
+    """The repo id users' `kernels.get_kernel` names the kernel by."""
+    return config.general.hub.repo_id or f"kernels-community/{config.general.name}"
+
+
+def built_alongside(variant: str, build_folders: Mapping[str, Path]) -> dict[str, Path]:
+    """LOCAL_KERNELS entries for the matrix's other kernels ({repo id: its build
+    folder}): the variant of the same name where it is built, else the build folder
+    where it holds variants (the loader picks the one for this torch, as from a
+    kernel-builder build/), else none: a test loading it fails, offline, naming it."""
+    found = {}
+    for repo_id, folder in build_folders.items():
+        if is_built(folder / variant):
+            found[repo_id] = (folder / variant).resolve()
+        elif folder.is_dir() and any(is_built(d) for d in folder.iterdir()):
+            found[repo_id] = folder.resolve()
+    return found
+
+
+def local_kernels_value(variants: Mapping[str, Path]) -> str:
+    """LOCAL_KERNELS for the `kernels` loader: repo-id=path entries, ':'-separated."""
+    for path in variants.values():
+        if ":" in str(path):
+            raise ConfigError(
+                f"{path}: LOCAL_KERNELS cannot name a path with ':' (the loader splits entries on it); "
+                "use a build folder whose path has none"
+            )
+    return ":".join(f"{repo_id}={path}" for repo_id, path in variants.items())
 
 
 # pytest's exit code when it collected nothing.

@@ -4,7 +4,10 @@
                     _ops.py                      (binds the unique op namespace)
                     _<name>_<backend>_<hash>.abi3.so
                     metadata.json                (with a sha256 digest of every file)
-                    <name>/__init__.py           (compatibility for older loaders)
+
+No `<name>/` compat folder: kernel-builder stopped generating it
+(huggingface/kernels#736); `kernel-matrix test` makes `import <name>` the
+variant package from a temporary folder instead (testing.py).
 
 A variant is assembled in a staging directory beside its final place and
 renamed into place, so a failed or interrupted build never leaves a partial one.
@@ -27,9 +30,9 @@ from typing import Any
 
 from . import __version__
 from .errors import ConfigError
+from .layout import METADATA
 from .provenance import GitState, builder_git_state
 
-METADATA = "metadata.json"
 # What the digest leaves out, as the kernels loader does.
 _UNHASHED_DIRS = {"__pycache__"}
 _UNHASHED_SUFFIXES = {".pyc"}
@@ -70,7 +73,7 @@ def write_python_package(
     variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path, noarch: bool = False
 ) -> None:
     """Copy the kernel's Python package whole (subpackages and data files too)
-    and generate _ops.py (noarch: no extension module to import) and the compat folder."""
+    and generate _ops.py (noarch: no extension module to import)."""
     for source in package_files(package_src, kernel_dir):
         target = variant_dir / source.relative_to(package_src)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -78,12 +81,6 @@ def write_python_package(
     (variant_dir / "_ops.py").write_text(
         render_template("_ops_noarch.py.in" if noarch else "_ops.py.in", module=module)
     )
-    # Not where the package has a module of that name itself (einops/einops.py):
-    # a folder would shadow it.
-    if not (variant_dir / name).exists() and not (variant_dir / f"{name}.py").exists():
-        compat = variant_dir / name
-        compat.mkdir()
-        (compat / "__init__.py").write_text(render_template("compat__init__.py.in", module=module, name=name))
 
 
 def variant_files(variant_dir: Path) -> list[Path]:

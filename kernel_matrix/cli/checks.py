@@ -48,7 +48,7 @@ def test(
     ] = None,
 ) -> None:
     """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
-    from ..testing import resolve_variant_dir, run_installed_tests, run_kernel_tests
+    from ..testing import built_alongside, hub_repo_id, resolve_variant_dir, run_installed_tests, run_kernel_tests
 
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if installed:
@@ -69,7 +69,19 @@ def test(
             else:
                 name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
         variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
-        ran = run_kernel_tests(variant_dir, chosen.dir, python=python, pytest_args=pytest_args or [])
+        # Every kernel of the matrix, not only the ones picked: a kernel's tests may load
+        # another of them (symbol-conflicts2's load symbol-conflicts).
+        matrix = kernels if kernel_dir is not None or not kernel else selection_of(file).kernel_folders()
+        others = {
+            hub_repo_id(k.config): BuildDir(build_dir, folder).path for k, folder in matrix if k.name != chosen.name
+        }
+        ran = run_kernel_tests(
+            variant_dir,
+            chosen.dir,
+            python=python,
+            pytest_args=pytest_args or [],
+            local_kernels=built_alongside(variant_dir.name, others),
+        )
         console.print(styled(("passed", "green"), f" {variant_dir.name}: {ran}"))
 
     each_kernel(kernels, test_one)
