@@ -85,12 +85,16 @@ class BuildPlan:
 
     def defines(self) -> list[str]:
         """What every source of the extension is compiled with, as kernel-builder's
-        CMake does (TORCH_EXTENSION_NAME is the stable base name: registration.h)."""
+        CMake does. TORCH_EXTENSION_NAME is the stable base name where kernel-matrix's
+        registration.h is used (its macros take the namespace from module.cpp, so the
+        binding's object is cached across source changes); a kernel's own
+        registration.h registers under TORCH_EXTENSION_NAME itself and defines
+        PyInit_<it>, so there it is the build's unique module name, as in kernel-builder."""
         backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
         stable = self.torch_section.stable_abi_for(self.backend)
         return [
             *backend,
-            f"TORCH_EXTENSION_NAME={self.module_base}",
+            f"TORCH_EXTENSION_NAME={self.module if self.own_registration() else self.module_base}",
             f"Py_LIMITED_API={PY_LIMITED_API}",
             "_GLIBCXX_USE_CXX11_ABI=1",
             *([stable_abi_define(stable)] if stable else []),
@@ -105,6 +109,14 @@ class BuildPlan:
     def module_base(self) -> str:
         """The module name without the build's hash: _img2gray_cuda (the binding's TORCH_EXTENSION_NAME)."""
         return f"_{self.config.general.python_name}_{self.backend}"
+
+    def own_registration(self) -> Path | None:
+        """The kernel's own registration.h, if it ships one (older kernels, upstream's
+        cutlass-gemm example): where `#include "registration.h"` finds it before
+        kernel-matrix's, beside the binding's sources or in [torch] include."""
+        folders = [self.kernel_dir / "torch-ext", *((self.kernel_dir / s).parent for s in self.torch_section.src)]
+        folders += [self.kernel_dir / d for d in self.torch_section.include]
+        return next((f / "registration.h" for f in folders if (f / "registration.h").is_file()), None)
 
     def source_files(self) -> list[str]:
         files = set(self.torch_section.src)
@@ -223,16 +235,13 @@ def build_steps(
     generated = work / "generated"
     generated.mkdir(parents=True, exist_ok=True)
     module_source = generated / "module.cpp"
-    module_source.write_text(render_template("module.cpp.in", module=plan.module))
+    # Weak where the kernel's own registration.h defines PyInit_<module> (REGISTER_EXTENSION):
+    # the linker takes the kernel's, and this one only where its binding defines none.
+    weak = "__attribute__((weak)) " if plan.own_registration() else ""
+    module_source.write_text(render_template("module.cpp.in", module=plan.module, linkage=weak))
     defines = plan.defines()
     compiles: list[Step] = []
 
-    own = [d / "registration.h" for d in [kernel_dir / "torch-ext", *(kernel_dir / i for i in torch_section.include)]]
-    if any(path.is_file() for path in own):
-        # Its macros would register the ops under TORCH_EXTENSION_NAME, which here
-        # is the stable base name, while _ops.py looks under the build's namespace.
-        found = next(path for path in own if path.is_file())
-        raise ConfigError(f"{found}: kernel-matrix provides registration.h; remove the kernel's own copy")
     torch_includes = [REGISTRATION_INCLUDE, *plan.torch.include_dirs, plan.torch.python_include]
     if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
         torch_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
