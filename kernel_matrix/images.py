@@ -13,14 +13,17 @@ invalidates an image."""
 
 from __future__ import annotations
 
+import email.parser
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,7 @@ import docker
 from . import torch_cuda
 from .engine import Mount, container
 from .errors import EngineError
-from .variants import cuda_major, cuda_tag, torch_tag
+from .variants import cuda_major, cuda_tag, host_arch, torch_tag
 
 OFFLINE_SUITE = "bookworm"
 OFFLINE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "ca-certificates")
@@ -65,21 +68,13 @@ CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nv
 # kernels use: cuRAND's curand_kernel.h), at the versions the cell's torch wheel
 # pins. Only their headers are kept: nothing links against them.
 CUDA_LIBRARIES = ("cublas", "cusparse", "cusolver", "curand")
-_TORCH_CUDA_LIBRARIES = """
-import importlib.metadata as md, re, sys
-libraries = sys.argv[1].split(",")
-for requirement in md.requires("torch") or []:
-    spec = requirement.split(";")[0].strip()
-    if spec.startswith("cuda-toolkit["):  # torch >= 2.12: one metapackage, components as extras
-        print("cuda-toolkit[%s]%s" % (",".join(libraries), re.sub(r"^cuda-toolkit\\[[^]]*\\]", "", spec)))
-    elif re.match(r"nvidia-(%s)(-cu\\d+)?\\b" % "|".join(libraries), spec):
-        print(spec)
-"""
 OFFLINE_CUDA_MAJOR = "13"
 VENV = "/opt/km"
 # Package data, so that `pip install kernel-matrix` has it (docker/builder.Dockerfile links here).
 DOCKERFILE = Path(__file__).resolve().parent / "docker" / "builder.Dockerfile"
 CUDA_HOME = "/opt/cuda"
+# Where an image build finds the wheels the host downloaded (read-only).
+WHEELS = "/wheels"
 LABEL = "kernel-matrix.image"
 # Run in the builder's venv after torch is installed (torch_cuda.py's text, by
 # `python -c`: kernel-matrix is not there yet), in offline and official builders
@@ -142,44 +137,99 @@ def _run_or_explain(argv: list[str], tag: str) -> bytes:
 
 @dataclass(frozen=True)
 class PipSetup:
-    """The host's pip configuration, passed into image builds: mirrors and
-    extra indexes in the environment, the folders they name mounted read-only,
-    and a CA bundle for proxies that intercept TLS."""
+    """The host's pip configuration (indexes, mirrors, find-links, constraints, CA
+    bundle, proxies), as `pip config list` and the environment give it.
 
-    env: dict[str, str]
-    mounts: tuple[Mount, ...]
+    Builder images are made from wheels that the host's own pip downloads with this
+    configuration: nothing of it, credentials included, enters a container. Its
+    settings are part of an image's hash, so another mirror makes other images."""
+
+    settings: tuple[tuple[str, str], ...]
 
     @staticmethod
-    def from_host(ca_bundle: Path | None = None) -> PipSetup:
+    def from_host() -> PipSetup:
         config = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
         ).stdout
-        env: dict[str, str] = {}
+        settings = {}
         for line in config.splitlines():
             key, _, value = line.partition("=")
             name = key.split(".", 1)[-1].strip()
             if name in ("index-url", "extra-index-url", "find-links", "cert", "trusted-host", "constraint"):
-                env[f"PIP_{name.upper().replace('-', '_')}"] = value.strip().strip("'\"")
-        ca = ca_bundle or (Path(env["PIP_CERT"]) if "PIP_CERT" in env else None)
-        folders = set()
-        for value in (env.get("PIP_EXTRA_INDEX_URL", ""), env.get("PIP_INDEX_URL", ""), env.get("PIP_FIND_LINKS", "")):
-            for item in value.split():
-                path = Path(item.removeprefix("file://"))
-                if (item.startswith("file://") or item.startswith("/")) and path.exists():
-                    folder = path if path.is_dir() else path.parent
-                    # A simple index links its files relative to itself (../../files/...).
-                    folders.add(folder.parent if folder.name == "simple" else folder)
-        constraint = env.get("PIP_CONSTRAINT")
-        if constraint and Path(constraint).exists():
-            folders.add(Path(constraint).parent)
-        for proxy in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy"):
-            if proxy in os.environ:
-                env[proxy] = os.environ[proxy]
-        mounts = [Mount(folder, str(folder)) for folder in sorted(folders)]
-        if ca is not None and ca.exists():
-            mounts.append(Mount(ca, "/etc/kernel-matrix/ca.pem"))
-            env["PIP_CERT"] = "/etc/kernel-matrix/ca.pem"
-        return PipSetup(env=env, mounts=tuple(mounts))
+                settings[name] = value.strip().strip("'\"")
+        return PipSetup(settings=tuple(sorted(settings.items())))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The interpreter and platform a builder's venv has: what the host's pip downloads for."""
+
+    python: str  # "3.11"
+    glibc: tuple[int, int]  # (2, 36)
+    arch: str
+
+    def pip_args(self) -> list[str]:
+        # pip < 24 does not widen manylinux_2_X to older tags itself: every glibc the
+        # target runs is named (manylinux2014 widens to 2010 and manylinux1).
+        major, newest = self.glibc
+        platforms = [f"manylinux_{major}_{minor}_{self.arch}" for minor in range(newest, 16, -1)]
+        platforms.append(f"manylinux2014_{self.arch}")
+        tag = self.python.replace(".", "")
+        return [
+            *(arg for platform in platforms for arg in ("--platform", platform)),
+            *("--python-version", self.python, "--implementation", "cp", "--abi", f"cp{tag}"),
+        ]
+
+
+# The offline base: Debian bookworm's python3 and glibc.
+OFFLINE_TARGET_PYTHON, OFFLINE_TARGET_GLIBC = "3.11", (2, 36)
+
+
+def download(
+    requirements: list[str],
+    dest: Path,
+    target: Target,
+    *,
+    deps: bool,
+    index_url: str | None = None,
+    find_links: bool = True,
+) -> None:
+    """Wheels (never sources: no package's code runs) for target, by the host's pip with the
+    host's configuration. index_url: instead of the configured index (extra indexes still
+    apply). find_links=False: from the indexes only."""
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = [
+        *(sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"),
+        *("--only-binary=:all:", "--dest", str(dest), *target.pip_args()),
+        *([] if deps else ["--no-deps"]),
+        *(["--index-url", index_url] if index_url else []),
+        *requirements,
+    ]
+    # An empty PIP_FIND_LINKS overrides the configuration files' find-links too.
+    env = {**os.environ, **({} if find_links else {"PIP_FIND_LINKS": ""})}
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    if result.returncode != 0:
+        lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+        reason = next((ln for ln in lines if ln.startswith("ERROR")), lines[-1])
+        raise EngineError(f"downloading {' '.join(requirements)} failed: {reason.strip()[:300]}")
+
+
+def torch_cuda_libraries(torch_wheel: Path, libraries: tuple[str, ...]) -> list[str]:
+    """The requirements (with torch's pins) of the CUDA libraries whose headers torch's
+    headers include, read from the wheel's metadata: nothing of the wheel runs."""
+    with zipfile.ZipFile(torch_wheel) as wheel:
+        name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.parser.Parser().parsestr(wheel.read(name).decode("utf-8", "replace"))
+    found = []
+    pattern = re.compile(rf"nvidia-({'|'.join(libraries)})(-cu\d+)?\b")
+    for requirement in metadata.get_all("Requires-Dist") or []:
+        spec = requirement.split(";")[0].strip()
+        if spec.startswith("cuda-toolkit["):  # torch >= 2.12: one metapackage, components as extras
+            pins = re.sub(r"^cuda-toolkit\[[^]]*\]", "", spec)
+            found.append(f"cuda-toolkit[{','.join(libraries)}]{pins}")
+        elif pattern.match(spec):
+            found.append(spec)
+    return found
 
 
 def builder_image(
@@ -192,7 +242,12 @@ def builder_image(
     pip: PipSetup,
     log: Callable[[str], None] = print,
 ) -> str:
-    """The builder for one torch minor (and CUDA version): found by its hash, else made once."""
+    """The builder for one torch minor (and CUDA version): found by its hash, else made once.
+
+    Made in two steps, so that no installed package's code ever runs with a network or
+    the host's pip credentials: the host's pip downloads wheels only (--only-binary), into
+    a folder of the host's; then a container with the network off and no pip settings
+    installs them from that folder (read-only) and is committed."""
     if cuda and str(cuda_major(cuda)) != OFFLINE_CUDA_MAJOR:
         raise EngineError(
             f"CUDA {cuda}: builder images take the CUDA toolchain from PyPI, which has a complete nvcc only for "
@@ -205,55 +260,56 @@ def builder_image(
             f"base image {base} is not present in the engine (it is never pulled): pull or build it first, "
             "or use --image offline"
         ) from None
-    # Wheels only: no package's setup code runs in this (root, networked) step.
-    pip_install = [
-        f"{VENV}/bin/pip",
-        "install",
-        "--quiet",
-        "--no-cache-dir",
-        "--disable-pip-version-check",
-        "--only-binary=:all:",
+    target = Target(OFFLINE_TARGET_PYTHON, OFFLINE_TARGET_GLIBC, host_arch())
+    # Installed in this order, each folder with --no-deps (its dependencies were downloaded
+    # with it), so a later folder's version of a package wins, as successive installs would.
+    folders = ["tools", "torch", *(["cuda", "cuda-libraries"] if cuda else [])]
+    install = [
+        shlex.join([f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-deps", "--disable-pip-version-check"])
+        + f" {WHEELS}/{folder}/*.whl"
+        for folder in folders
     ]
-    index = [] if torch_index == "pypi" else ["--index-url", torch_index]
-    # torch is only compiled and linked against: its runtime dependencies stay
-    # out. It comes from the indexes only: a find-links folder may hold another
-    # build of the same version (a CPU torch 2.13.0 has the file name of PyPI's
-    # CUDA one), and pip cannot tell them apart.
-    torch_step = ["env", "-u", "PIP_FIND_LINKS", *pip_install, "--no-deps", *index, f"torch=={torch}.*"]
     steps = [
-        ["python3", "-m", "venv", VENV],
-        [*pip_install, *BUILD_TOOL_REQUIREMENTS],
-        torch_step,
-        [f"{VENV}/bin/python", "-c", LINK_MANYLINUX_PYTHON],
-        *([[f"{VENV}/bin/python", "-c", _CHECK_TORCH_CUDA, cuda]] if cuda else []),
-        # The CUDA toolchain comes from PyPI, whatever index torch comes from.
-        *([[*pip_install, "--no-deps", *(f"{w}=={cuda}.*" for w in CUDA_WHEELS)]] if cuda else []),
+        shlex.join(["python3", "-m", "venv", VENV]),
+        *install,
+        shlex.join([f"{VENV}/bin/python", "-c", LINK_MANYLINUX_PYTHON]),
+        *([shlex.join([f"{VENV}/bin/python", "-c", _CHECK_TORCH_CUDA, cuda])] if cuda else []),
     ]
-    script = " && ".join(shlex.join(step) for step in steps)
+    script = " && ".join(steps)
     if cuda:  # the headers of torch's CUDA libraries (the libraries themselves are deleted)
-        pins = f"$({VENV}/bin/python -c {shlex.quote(_TORCH_CUDA_LIBRARIES)} {','.join(CUDA_LIBRARIES)})"
         names = " -o ".join(f"-name 'lib{library}*.so*'" for library in CUDA_LIBRARIES)
         script += (
-            f" && {shlex.join(pip_install)} {pins}"
             f" && find {VENV}/lib/python3*/site-packages/nvidia \\( {names} -o -name 'libnvJitLink*.so*' \\) -delete"
         )
-    if cuda:  # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
+        # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
         script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda_major(cuda)} {CUDA_HOME}"
     # The recipe itself is hashed: changing how images are made makes new ones.
-    digest = _digest(base_id, script, sorted(pip.env.items()))
+    recipe = (BUILD_TOOL_REQUIREMENTS, torch, torch_index, cuda, CUDA_WHEELS, CUDA_LIBRARIES, target)
+    digest = _digest(base_id, script, recipe, pip.settings)
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-{cuda_tag(cuda) if cuda else 'cpu'}-{digest}"
     if _present(client, tag):
         return tag
-    log(f"creating {tag} (pip installs torch {torch}{' and CUDA ' + cuda if cuda else ''})")
-    # Registries are needed here, so this step runs on the host network (no bridge exists).
-    # The pip settings go to the command, not the container: `docker commit`
-    # would otherwise keep them (index credentials too) in the image.
-    with container(client, base, mounts=pip.mounts, network="host", user="0:0") as box:
-        result = box.run(["sh", "-c", script], env=pip.env)
-        if result.exit_code != 0:
-            raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
-        repository, version = tag.split(":")
-        box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
+    log(f"creating {tag} (pip downloads torch {torch}{' and CUDA ' + cuda if cuda else ''}, installs offline)")
+    with tempfile.TemporaryDirectory(prefix="km-wheels-") as tmp:
+        wheels = Path(tmp)
+        download(list(BUILD_TOOL_REQUIREMENTS), wheels / "tools", target, deps=True)
+        # torch is only compiled and linked against: its runtime dependencies stay out.
+        # It comes from the indexes only: a find-links folder may hold another build of
+        # the same version (a CPU torch 2.13.0 has the file name of PyPI's CUDA one).
+        index = None if torch_index == "pypi" else torch_index
+        download([f"torch=={torch}.*"], wheels / "torch", target, deps=False, index_url=index, find_links=False)
+        if cuda:  # the CUDA toolchain comes from PyPI, whatever index torch comes from
+            download([f"{w}=={cuda}.*" for w in CUDA_WHEELS], wheels / "cuda", target, deps=False)
+            (torch_wheel,) = (wheels / "torch").glob("torch-*.whl")
+            libraries = torch_cuda_libraries(torch_wheel, CUDA_LIBRARIES)
+            download(libraries, wheels / "cuda-libraries", target, deps=True)
+        wheels.chmod(0o755)
+        with container(client, base, mounts=[Mount(wheels, WHEELS)], network="none", user="0:0") as box:
+            result = box.run(["sh", "-c", script])
+            if result.exit_code != 0:
+                raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
+            repository, version = tag.split(":")
+            box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
     return tag
 
 

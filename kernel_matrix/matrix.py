@@ -17,7 +17,7 @@ from . import data
 from .buildtoml import BUILDABLE_BACKENDS
 from .capabilities import default_capabilities
 from .errors import ConfigError
-from .github_event import GithubEvent, is_github_hosted
+from .github_event import UNTRUSTED_ENV, GithubEvent, is_github_hosted
 from .matrix_schema import (
     Arch,
     ArchRunners,
@@ -482,6 +482,28 @@ def check_runners(matrix: Matrix, cells: list[Cell], event: GithubEvent) -> None
                 f"archs.{arch}.build-runner = {labels}: a {event.name} event may only build on one "
                 "GitHub-hosted runner label (ubuntu-*, windows-*, macos-*), never a self-hosted one",
             )
+    problems.raise_if_any()
+
+
+def check_sources(matrix: Matrix, event: GithubEvent) -> None:
+    """A pull request's (or an untrusted local run's) matrix may not choose where code
+    comes from: the package indexes torch is installed from (`upstream`) and the base
+    images (`images`) must be kernel-matrix's defaults; a trusted run may change them."""
+    if event.trusted:
+        return
+    problems = _Problems(matrix.path, matrix.located)
+    defaults = Upstream()
+    who = f"a {event.name} event" if event.name else f"an untrusted run ({UNTRUSTED_ENV})"
+    for name in ("pypi", "pytorch"):
+        value = getattr(matrix.spec.upstream, name)
+        if value != getattr(defaults, name):
+            problems.add(
+                ("upstream", name),
+                f"upstream.{name} = {value!r}: {who} may only install from the default index "
+                f"{getattr(defaults, name)!r}",
+            )
+    for key, image in matrix.spec.images.items():
+        problems.add(("images", key), f"images.{key} = {image!r}: {who} may only build on the default base images")
     problems.raise_if_any()
 
 

@@ -22,8 +22,9 @@ from packaging.version import Version
 
 from .buildtoml import BUILDABLE_BACKENDS, BuildConfig, load_build_toml
 from .errors import ConfigError
+from .github_event import GithubEvent
 from .layout import BuildDir
-from .matrix import Cell, Machine, Matrix, github_matrix, load_matrix, select, suggest
+from .matrix import Cell, Machine, Matrix, check_sources, github_matrix, load_matrix, select, suggest
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +117,8 @@ class Selection:
         """The selected kernels and their cells; refuses an empty selection."""
         self._check_kernel_options()
         matrix = load_matrix(self.file)
+        # Before anything reads an index or image the matrix names: every command, every job.
+        check_sources(matrix, GithubEvent.from_environment())
         named = matrix_kernels(matrix) if self.kernel_dir is None else [Kernel.load(self.kernel_dir)]
         kernels = _pick(named, self.kernels, matrix.path)
         grid = select(matrix, profile=self.profile, only=self.only, machine=machine)

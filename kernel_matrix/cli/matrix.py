@@ -49,12 +49,14 @@ def matrix(
     import json
 
     from ..github_event import GithubEvent, write_github_output
-    from ..matrix import check_runners, gpu_test_cells, load_matrix
+    from ..matrix import check_runners, check_sources, gpu_test_cells, load_matrix
 
     if check_upstream:
         from ..upstream import check_upstream as run_check
 
-        run_check(load_matrix(file), console)
+        matrix = load_matrix(file)
+        check_sources(matrix, GithubEvent.from_environment())  # the indexes it asks are the matrix's
+        run_check(matrix, console)
         return
     resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
     for warning in resolved.matrix.warnings:
