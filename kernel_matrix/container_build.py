@@ -145,9 +145,17 @@ def builder_for(
     )
 
 
-def shell_command(cell: Cell, image: str, kernel_dir: Path, command: list[str], *, interactive: bool) -> list[str]:
-    """`docker run` of a shell (or command) in the cell's builder image, the kernel
-    mounted read-write at /src: the counterpart of kernel-builder's dev shell."""
+def shell_command(
+    cell: Cell, image: str, kernel_dir: Path, command: list[str], *, interactive: bool, writable: bool = False
+) -> list[str]:
+    """`docker run` of a shell (or command) in the cell's builder image: the counterpart of
+    kernel-builder's dev shell, hardened like a build (no network, no capabilities, a
+    read-only root with a tmpfs /tmp, process and memory caps). The kernel is mounted
+    read-only at /src, as the build's user; writable: read-write, for a developer's own
+    code, as the caller (so files stay theirs; `shell` strips set-id bits afterwards)."""
+    user = (os.getuid(), os.getgid()) if writable else build_user()
+    limits = Limits(memory=memory_per_build(1))
+    (scratch, scratch_options), memory = next(iter(limits.create_args()["tmpfs"].items())), limits.memory
     env = {
         "PYTHONPATH": "/opt/kernel-matrix",
         "HOME": "/tmp",
@@ -163,13 +171,17 @@ def shell_command(cell: Cell, image: str, kernel_dir: Path, command: list[str], 
         "--network",
         "none",
         "--user",
-        f"{os.getuid()}:{os.getgid()}",
+        f"{user[0]}:{user[1]}",
         "--cap-drop",
         "ALL",
         "--security-opt",
         "no-new-privileges",
+        "--read-only",
+        *("--tmpfs", f"{scratch}:{scratch_options}"),
+        *("--pids-limit", str(limits.pids)),
+        *(("--memory", str(memory), "--memory-swap", str(memory)) if memory else ()),
         "--mount",
-        f"type=bind,source={kernel_dir.resolve()},target=/src",
+        f"type=bind,source={kernel_dir.resolve()},target=/src" + ("" if writable else ",readonly"),
         "--mount",
         f"type=bind,source={PACKAGE_DIR},target=/opt/kernel-matrix/kernel_matrix,readonly",
         *(arg for key, value in env.items() for arg in ("--env", f"{key}={value}")),

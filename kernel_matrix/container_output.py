@@ -66,3 +66,18 @@ def copy_regular(source: Path, target: Path) -> None:
             raise UnsafeOutputError(f"{source}: not a regular file: refused")
         with open(target, "wb") as dst:
             shutil.copyfileobj(src, dst)
+
+
+def strip_set_id_bits(root: Path) -> list[Path]:
+    """Clear the setuid/setgid bits of every regular file under root (links not
+    followed), after a writable `shell`: a program the container marked set-id
+    would run with its owner's rights on the host. Returns the files changed."""
+    changed = []
+    for directory, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            path = Path(directory) / name
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                changed.append(path)
+    return changed

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -161,17 +162,53 @@ def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell
     assert [p.name for p in tmp_path.iterdir() if p.name not in ("logs", ".cache")] == []  # no variant, no staging
 
 
-def test_shell_enters_the_builder_with_the_kernel_writable(local_cuda_cell, kernel_copy):
-    script = "touch /src/from-the-shell && nvcc --version | tail -n 1 && python -m kernel_matrix --help >/dev/null"
+def test_shell_enters_the_builder_hardened_like_a_build(local_cuda_cell, kernel_copy):
+    """Issue 23 item 3: the kernel is read-only and the shell runs as the build's user,
+    with a read-only root, a writable /tmp and the build's caps."""
+    from kernel_matrix.engine import PIDS_LIMIT, build_user
+
+    script = (
+        "id -u; touch /src/from-the-shell 2>/dev/null && echo src=written || echo src=refused; "
+        "touch /usr/x 2>/dev/null && echo root=written || echo root=refused; touch /tmp/x && echo tmp=written; "
+        "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null | head -1; "
+        "nvcc --version | tail -n 1 && python -m kernel_matrix --help >/dev/null"
+    )
     result = kernel_matrix(
         "shell", local_cuda_cell.name, "--image", "offline", "--kernel-dir", str(kernel_copy), "--", "sh", "-c", script
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:5] == [str(build_user()[0]), "src=refused", "root=refused", "tmp=written", str(PIDS_LIMIT)]
     assert "Build cuda_13" in result.stdout
-    made = kernel_copy / "from-the-shell"
-    assert made.is_file() and made.stat().st_uid == os.getuid()
+    assert not (kernel_copy / "from-the-shell").exists()
     failing = kernel_matrix("shell", local_cuda_cell.name, "--image", "offline", "--", "sh", "-c", "exit 7")
     assert failing.returncode == 7
+
+
+def test_a_writable_shell_leaves_no_set_id_program_in_the_kernel(local_cuda_cell, kernel_copy):
+    """--writable (a developer's own code): files made in /src are the caller's; the attack of
+    issue 23 (cp /bin/sh /src/suid-sh; chmod 4755) leaves a plain program, not a setuid one."""
+    script = "touch /src/from-the-shell && cp /bin/sh /src/suid-sh && chmod 4755 /src/suid-sh && ls -l /src/suid-sh"
+    result = kernel_matrix(
+        "shell",
+        local_cuda_cell.name,
+        "--image",
+        "offline",
+        "--kernel-dir",
+        str(kernel_copy),
+        "--writable",
+        "--",
+        "sh",
+        "-c",
+        script,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "-rwsr-xr-x" in result.stdout  # it was setuid inside the container ...
+    made = kernel_copy / "from-the-shell"
+    assert made.is_file() and made.stat().st_uid == os.getuid()
+    mode = (kernel_copy / "suid-sh").stat().st_mode
+    assert not mode & (stat.S_ISUID | stat.S_ISGID)  # ... and is not once the shell is gone
+    assert "removed the set-id bits of" in result.stderr and "suid-sh" in result.stderr
 
 
 def _default_sigint() -> None:

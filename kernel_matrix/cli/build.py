@@ -254,11 +254,21 @@ def shell(
     kernel_dir: KernelDirOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: ImageOption = None,
+    writable: Annotated[
+        bool,
+        typer.Option(
+            "--writable",
+            help="Mount the kernel read-write (your own code only) and run as you; default: read-only, "
+            "as the build's unprivileged user.",
+        ),
+    ] = False,
 ) -> None:
-    """A shell in a cell's builder image with the kernel mounted read-write at /src (network off)."""
+    """A shell in a cell's builder image, hardened like a build: the kernel at /src (read-only
+    unless --writable), network off, no capabilities, a read-only root with a writable /tmp."""
     import subprocess
 
     from ..container_build import builder_for, shell_command
+    from ..container_output import strip_set_id_bits
     from ..engine import connect
     from ..images import PipSetup
 
@@ -270,5 +280,12 @@ def shell(
     builder = builder_for(
         connect(), cell, image.value if image else resolved.matrix.spec.image, PipSetup.from_host(), log=console.print
     )
-    argv = shell_command(cell, builder, resolved.kernel(cell).dir, command or [], interactive=sys.stdin.isatty())
-    raise typer.Exit(subprocess.run(argv, check=False).returncode)
+    kernel_dir = resolved.kernel(cell).dir
+    argv = shell_command(cell, builder, kernel_dir, command or [], interactive=sys.stdin.isatty(), writable=writable)
+    try:
+        code = subprocess.run(argv, check=False).returncode
+    finally:
+        if writable:  # what the shell made is the caller's; a set-id bit would outlive the container
+            for path in strip_set_id_bits(kernel_dir):
+                console.print(styled(("warning:", "yellow"), f" removed the set-id bits of {path}"))
+    raise typer.Exit(code)
