@@ -36,7 +36,7 @@ from .matrix import Cell
 from .native_build import declared_dependencies
 from .objcache import MAX_SCOPE_BYTES, ObjectCache
 from .provenance import BUILDER_GIT_ENV, BUILDER_IMAGE_ENV, SOURCE_GIT_ENV, builder_git_state, git_state
-from .resources import memory_per_build, plan_parallelism
+from .resources import CELL_TIMEOUT_S, memory_per_build, plan_parallelism
 from .selection import KernelCells, Resolved
 from .variant_dir import replace_dir
 from .variants import host_arch
@@ -202,6 +202,7 @@ def build_cells(
     jobs: int | None,
     cache_dir: Path | None = None,
     trusted: bool = True,
+    timeout: float = CELL_TIMEOUT_S,
     config: BuildConfig | None = None,
     log: Callable[[str], None] = print,
     on_status: Callable[[Cell, str], None] = lambda cell, status: None,
@@ -272,6 +273,7 @@ def build_cells(
                 cache=cache,
                 run_label=run_label,
                 limits=limits,
+                timeout=timeout,
                 dependencies=dependencies or (),
             )
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
@@ -317,6 +319,7 @@ def run_builds(
     jobs: int | None,
     cache_dir: Path | None,
     trusted: bool = True,
+    timeout: float = CELL_TIMEOUT_S,
     log: Callable[[str], None] = print,
     progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
 ) -> list[CellResult]:
@@ -340,6 +343,7 @@ def run_builds(
                 jobs=jobs,
                 cache_dir=cache_dir,
                 trusted=trusted,
+                timeout=timeout,
                 config=item.kernel.config,
                 log=log,
                 on_status=on_status,
@@ -355,6 +359,7 @@ def build_selection(
     jobs: int | None,
     cache_dir: Path | None,
     capabilities: list[str] | None,
+    timeout: float = CELL_TIMEOUT_S,
     log: Callable[[str], None],
     progress: Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]],
 ) -> list[CellResult]:
@@ -381,6 +386,7 @@ def build_selection(
         jobs=jobs,
         cache_dir=cache_dir,
         trusted=GithubEvent.from_environment().trusted,
+        timeout=timeout,
         log=log,
         progress=progress,
     )
@@ -431,6 +437,7 @@ def build_cell(
     run_label: str = "",
     limits: Limits | None = None,
     dependencies: Collection[str] = (),
+    timeout: float | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
@@ -499,7 +506,7 @@ def build_cell(
             labels=labels,
             limits=limits,
         ) as box:
-            result = box.run(argv)
+            result = box.run(argv, timeout=timeout)
         log_path = logs / f"{cell.name}.container.log"
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
         # The container is gone: check what it left before reading any of it.
@@ -514,6 +521,10 @@ def build_cell(
         except ValueError:
             stats = {}
         stats = stats if isinstance(stats, dict) else {}
+        if result.timed_out:
+            raise BuildError(
+                f"{cell.name}: stopped after {timeout:.0f} s (--cell-timeout), its container killed (see {log_path})"
+            )
         if result.exit_code != 0:
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
             last = last.replace("/out/", f"{build_dir}/")

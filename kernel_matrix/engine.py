@@ -6,7 +6,9 @@ with `run`, then force-removed on exit, also on errors and interrupts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,6 +86,7 @@ class Mount:
 class RunResult:
     exit_code: int
     output: str
+    timed_out: bool = False  # killed at its time limit; exit_code is then meaningless
 
 
 @dataclass
@@ -93,11 +96,39 @@ class Container:
     handle: ContainerHandle
     name: str
 
-    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, workdir: str | None = None) -> RunResult:
-        exit_code, output = self.handle.exec_run(list(argv), environment=env or {}, workdir=workdir, demux=False)
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """argv in the container; timeout: seconds after which the container is killed
+        (a build that hangs, e.g. writing to a FIFO nobody reads, must not hang the run)."""
+        fired = threading.Event()
+
+        def kill() -> None:
+            fired.set()
+            with contextlib.suppress(DockerException):  # it may have ended meanwhile
+                self.handle.kill()
+
+        timer = threading.Timer(timeout, kill) if timeout else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            exit_code, output = self.handle.exec_run(list(argv), environment=env or {}, workdir=workdir, demux=False)
+        finally:
+            if timer is not None:
+                timer.cancel()
         # Neither streamed nor detached: an exit code and the whole output (the stubs allow for both).
-        assert exit_code is not None and not isinstance(output, Iterator)
-        return RunResult(exit_code, (output or b"").decode("utf-8", "replace"))
+        assert not isinstance(output, Iterator)
+        text = (output or b"").decode("utf-8", "replace")
+        if fired.is_set():
+            return RunResult(-1, text, timed_out=True)
+        assert exit_code is not None
+        return RunResult(exit_code, text)
 
 
 @contextmanager

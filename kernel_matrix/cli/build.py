@@ -12,6 +12,7 @@ import typer
 
 from ..errors import BuildError, ConfigError
 from ..layout import BuildDir
+from ..resources import CELL_TIMEOUT_S
 from ..variants import ImageKind
 from . import render
 from .console import console, each_kernel, stdout, styled
@@ -73,6 +74,13 @@ def build(
             show_default=False,
         ),
     ] = None,
+    cell_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Container builds: stop a cell's build after this many seconds (its row says so).",
+        ),
+    ] = CELL_TIMEOUT_S,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
     ] = False,
@@ -88,7 +96,7 @@ def build(
             )
         resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
         shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
-        _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities)
+        _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout)
         return
     from ..github_event import GithubEvent
     from ..objcache import MAX_SCOPE_BYTES, ObjectCache
@@ -189,6 +197,7 @@ def _build_in_containers(
     jobs: int | None,
     cache_dir: Path | None,
     capabilities: list[str] | None,
+    cell_timeout: float,
 ) -> None:
     from ..container_build import build_selection
     from ..progress import live_progress
@@ -201,6 +210,7 @@ def _build_in_containers(
         jobs=jobs,
         cache_dir=cache_dir,
         capabilities=capabilities,
+        timeout=cell_timeout,
         log=lambda m: console.print(m),
         progress=lambda names: live_progress(console, names),
     )

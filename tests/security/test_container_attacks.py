@@ -28,9 +28,9 @@ def hostile_kernel(kernel_copy, script: str):
     return kernel_copy
 
 
-def build(cell, kernel, build_dir):
+def build(cell, kernel, build_dir, *extra):
     # --cuda-capabilities: the .cu compiling beside the failing C++ file, one architecture: seconds.
-    return container_build_cli(cell, build_dir, kernel, "--cuda-capabilities", "9.0")
+    return container_build_cli(cell, build_dir, kernel, "--cuda-capabilities", "9.0", *extra)
 
 
 def test_links_to_host_files_never_leave_the_container(local_cuda_cell, kernel_copy, tmp_path):
@@ -102,3 +102,21 @@ def test_a_cell_cannot_write_another_cells_logs(local_cuda_cell, kernel_copy, tm
     )
     assert build(local_cuda_cell, kernel, build_dir).returncode == 5
     assert other.read_text() == '{"seconds": 1}' and not (build_dir / "logs" / "summary.md").exists()
+
+
+def test_a_build_that_hangs_is_stopped_at_its_time_limit(local_cuda_cell, kernel_copy, tmp_path, engine):
+    """Issue 23: a FIFO at a cell's own log path hung the cell forever (no cell had a time limit).
+    Here the wrapper blocks on a FIFO nobody writes; --cell-timeout ends the container."""
+    cell = local_cuda_cell
+    kernel = hostile_kernel(kernel_copy, "mkfifo /tmp/block; cat /tmp/block\n")
+    build_dir = tmp_path / "build"
+    result = build(cell, kernel, build_dir, "--cell-timeout", "5")
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert f"{cell.name}: stopped after 5 s (--cell-timeout)" in (build_dir / "summary.md").read_text()
+    ours = [
+        c
+        for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"})
+        if any(m.get("Source", "").startswith(str(tmp_path)) for m in c.attrs.get("Mounts", []))
+    ]
+    assert not ours  # the killed container is removed too
+    assert not (build_dir / cell.name).exists()
