@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import yaml
 
 from .buildtoml import BuildConfig
 
@@ -21,12 +24,16 @@ def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str,
     builders = sorted(
         {m.get("provenance", {}).get("kernel-builder", {}).get("version", "?") for m in variants.values()}
     )
+    # The front matter is written by a YAML writer: general.license is the kernel
+    # author's (or a pull request's) text, and interpolated it could end the string
+    # and add keys of its own, or end the front matter.
+    front_matter = yaml.safe_dump(
+        {"license": general.license.lower(), "tags": ["kernel"]}, sort_keys=False, allow_unicode=True
+    )
     return "\n".join(
         [
             "---",
-            f"license: {general.license.lower()}",
-            "tags:",
-            "  - kernel",
+            front_matter.rstrip("\n"),
             "---",
             "",
             f"# {general.name}",
@@ -37,7 +44,8 @@ def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str,
             "```python",
             "from kernels import get_kernel",
             "",
-            f'{general.python_name} = get_kernel("{repo_id}", version={general.version})',
+            # A Python string literal, whatever the repo id holds.
+            f"{general.python_name} = get_kernel({json.dumps(repo_id)}, version={general.version})",
             "```",
             "",
             "## Build variants",

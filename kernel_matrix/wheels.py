@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomli_w
+
 from .abi import MANYLINUX, PYTHON_ABI
 from .container_output import check_tree
 from .errors import AbiError, BuildError, ToolchainError
@@ -52,28 +54,7 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(distclass=BinaryDistribution, options={"bdist_wheel": {"py_limited_api": "%(abi3)s"}})
-"""
-
-_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=70.1"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "%(name)s"
-version = "%(version)s"
-description = "%(name)s kernel, variant %(variant)s, built by kernel-matrix"
-requires-python = ">=3.9"
-dependencies = ["%(torch_requirement)s"]
-license = {text = "%(license)s"}
-
-[tool.setuptools]
-packages = ["%(package)s"]
-include-package-data = false
-
-[tool.setuptools.package-data]
-%(package)s = ["*.so", "%(metadata)s"]
+setup(distclass=BinaryDistribution, options={"bdist_wheel": {"py_limited_api": %(abi3)r}})
 """
 
 
@@ -97,6 +78,33 @@ def wheel_spec(cell: Cell, *, name: str, package: str, kernel_version: int | str
     )
 
 
+def pyproject(spec: WheelSpec, variant: str) -> str:
+    """The wheel project's pyproject.toml, written by a TOML writer: every value
+    comes from build.toml (a kernel's author, or a pull request's), and one
+    interpolated into TOML text could close its string and add a table, e.g.
+    [tool.setuptools.cmdclass], that runs code in cibuildwheel's container."""
+    return tomli_w.dumps(
+        {
+            "build-system": {"requires": ["setuptools>=70.1"], "build-backend": "setuptools.build_meta"},
+            "project": {
+                "name": spec.name,
+                "version": spec.version,
+                "description": f"{spec.name} kernel, variant {variant}, built by kernel-matrix",
+                "requires-python": ">=3.9",
+                "dependencies": [spec.torch_requirement],
+                "license": {"text": spec.license},
+            },
+            "tool": {
+                "setuptools": {
+                    "packages": [spec.package],
+                    "include-package-data": False,
+                    "package-data": {spec.package: ["*.so", METADATA]},
+                }
+            },
+        }
+    )
+
+
 def write_project(variant_dir: Path, project: Path, spec: WheelSpec, variant: str) -> None:
     """The setuptools project of one variant: its package files, nothing compiled."""
     package_dir = project / spec.package
@@ -106,9 +114,9 @@ def write_project(variant_dir: Path, project: Path, spec: WheelSpec, variant: st
         # not the compat folder some loaders import, which a wheel does not need.
         if entry.is_file():
             shutil.copy2(entry, package_dir / entry.name)
-    values = {**spec.__dict__, "variant": variant, "abi3": ABI3_FLOOR, "metadata": METADATA}
-    (project / "pyproject.toml").write_text(_PYPROJECT % values)
-    (project / "setup.py").write_text(_SETUP_PY % values)
+    (project / "pyproject.toml").write_text(pyproject(spec, variant))
+    # Only our own constant reaches setup.py, as a Python literal.
+    (project / "setup.py").write_text(_SETUP_PY % {"abi3": ABI3_FLOOR})
 
 
 def cibuildwheel_env(cell: Cell, image: str) -> dict[str, str]:
