@@ -168,7 +168,14 @@ def test_hadolint_catches_mistakes(tmp_path):
 # The scripts this gate holds to bash -n and shellcheck, with the scripts that
 # runner-host-setup writes on the host. scripts/docker-engine is not among them
 # yet: shellcheck warns about its `mkdir -p -m 0700` (SC2174), for its owner to fix.
-SCRIPTS = ["scripts/test-variant", "scripts/runner-host-setup", "scripts/setup-dev", "scripts/test", ".ci/run"]
+SCRIPTS = [
+    "scripts/test-variant",
+    "kernel_matrix/scripts/test-variant",
+    "scripts/runner-host-setup",
+    "scripts/setup-dev",
+    "scripts/test",
+    ".ci/run",
+]
 HOST_SCRIPTS = {"entrypoint": "ENTRYPOINT", "run-one": "RUNONE"}
 
 

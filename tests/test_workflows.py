@@ -33,14 +33,17 @@ PINNED = {
     "actions/upload-artifact": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
     "actions/download-artifact": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
     "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "actions/cache": ("5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
 }
 FORK_CLAUSE = (
     "github.event_name != 'pull_request' || github.event.pull_request.head.repo.full_name == github.repository"
 )
 DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
 # The one job of all the workflows whose token may write, and what it may write.
-WRITER = ("build.yml", "release-wheels")
-TEST_VARIANT = REPO / "scripts" / "test-variant"
+WRITER = ("reusable-build.yml", "release-wheels")
+# The test jobs' command as it ships in the package (scripts/test-variant runs it in this repository).
+TEST_VARIANT = REPO / "kernel_matrix" / "scripts" / "test-variant"
+USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] VARIANT"
 
 
 def load(path: Path) -> dict:
@@ -49,8 +52,13 @@ def load(path: Path) -> dict:
     return data
 
 
-BUILD = load(WORKFLOW_DIR / "build.yml")
+# The jobs live in the reusable workflow; build.yml is kernel-matrix's own caller of it,
+# as `kernel-matrix init` writes one into a kernel's repository.
+BUILD = load(WORKFLOW_DIR / "reusable-build.yml")
 JOBS = BUILD["jobs"]
+CALLER = load(WORKFLOW_DIR / "build.yml")
+(CALLER_JOB,) = CALLER["jobs"].values()
+REUSABLE = "./.github/workflows/reusable-build.yml"
 
 
 # --- GitHub's expression language, as much of it as the workflows use -------------------------------------------
@@ -226,11 +234,12 @@ def runs(job: dict, context: dict) -> bool:
 
 
 def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, status: str = "success", **inputs):
-    """The contexts of one kind of run of build.yml (repository owner/kernel, default branch main)."""
+    """The contexts of the reusable workflow's jobs in one kind of run of build.yml (repository owner/kernel,
+    default branch main): the caller's event, and the inputs and secret its job passes."""
     github = {
         "repository": "owner/kernel",
         "run_id": run_id,
-        "workflow": BUILD["name"],
+        "workflow": CALLER["name"],
         "token": "ghs_job_token",
         "event": {"repository": {"default_branch": "main"}},
     }
@@ -252,10 +261,14 @@ def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, 
         }
     else:
         raise ValueError(kind)
-    declared = BUILD["on"]["workflow_dispatch"]["inputs"]
+    declared = CALLER["on"]["workflow_dispatch"]["inputs"]
     values = {name: spec.get("default") for name, spec in declared.items()} if kind == "dispatch" else {}
     values |= {name.replace("_", "-"): value for name, value in inputs.items()}
-    context = {"github": github, "inputs": values, "secrets": {"HF_TOKEN": "hf_secret"}, "status": status}
+    caller = {"github": github, "inputs": values, "secrets": {"HF_TOKEN": "hf_secret"}}
+    called = {name: spec.get("default") for name, spec in BUILD["on"]["workflow_call"]["inputs"].items()}
+    called |= {name: render(value, caller) for name, value in CALLER_JOB["with"].items()}
+    secrets = {name: render(value, caller) for name, value in CALLER_JOB["secrets"].items()}
+    context = {"github": github, "inputs": called, "secrets": secrets, "status": status}
     context["env"] = {name: render(value, context) for name, value in BUILD.get("env", {}).items()}
     context["needs"] = {"plan": {"outputs": {"cells": '{"include":[{}]}', "gpu_cells": '{"include":[{}]}'}}}
     return context
@@ -288,6 +301,10 @@ def test_workflows_are_locked_down(path):
     assert "pull_request_target" not in text_ and "workflow_run" not in text_
     assert workflow["permissions"] == {}, "no token permission at the top: each job asks for its own"
     for name, job in workflow["jobs"].items():
+        if "uses" in job:  # a caller: the reusable workflow of this repository, granting what its jobs may ask
+            assert (path.name, job["uses"]) == ("build.yml", REUSABLE), name
+            assert job["permissions"] == {"contents": "write"} and "steps" not in job, name
+            continue
         assert "timeout-minutes" in job, name
         if (path.name, name) == WRITER:
             assert job["permissions"] == {"contents": "write"}, name
@@ -303,20 +320,21 @@ def test_workflows_are_locked_down(path):
                 assert commit == PINNED[action][0], f"{name}: {s['uses']} is not the pinned commit"
                 if action == "actions/checkout":
                     assert s["with"]["persist-credentials"] is False
-                # No action is told to cache: nothing restored can change what is built or published.
+                # No action caches but the build job's object cache (test_the_object_cache_...).
                 assert "cache" not in s.get("with", {}), name
+                assert action != "actions/cache" or (path.name, name) == ("reusable-build.yml", "build"), name
             # Expressions reach commands through env, never by text substitution.
             assert "${{" not in s.get("run", ""), f"{name}: {s['run']}"
     # Every pinned commit carries its release in a comment, and it is the release of that commit.
     for line in text_.splitlines():
-        if "uses:" in line:
+        if "uses:" in line and f"uses: {REUSABLE}" not in line:
             match = re.search(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40})  # (v[\d.]+)$", line)
             assert match, f"not pinned to a commit with its version in a comment: {line.strip()}"
             assert PINNED[match.group(1)] == (match.group(2), match.group(3)), line.strip()
 
 
 def test_build_workflow_triggers_and_dispatch_inputs():
-    on = BUILD["on"]
+    on = CALLER["on"]
     assert set(on) == {"push", "pull_request", "workflow_dispatch"}
     assert on["push"] == {"branches": ["main"], "tags": ["v*"]}
     inputs = on["workflow_dispatch"]["inputs"]
@@ -370,7 +388,7 @@ def test_every_job_is_one_command_a_developer_can_run():
     # other tool its job names.
     others = {"summary": "awk", "release-wheels": "gh"}
     for name, job in JOBS.items():
-        commands = [s["run"] for s in job["steps"] if "run" in s and s["run"] != "python -m pip install --quiet ."]
+        commands = [s["run"] for s in job["steps"] if "run" in s and s not in install_steps(name)]
         assert commands, name
         for command in commands:
             first = command.split()[0]
@@ -381,17 +399,17 @@ def test_every_job_is_one_command_a_developer_can_run():
     def commands(job):
         return [s["run"] for s in JOBS[job]["steps"] if "run" in s]
 
-    assert commands("test-cpu") == ['scripts/test-variant --cpu-only --kernel "$KERNEL" "$VARIANT"']
-    assert commands("test-gpu") == ['scripts/test-variant --kernel "$KERNEL" "$VARIANT"']
+    assert commands("test-cpu")[-1] == 'kernel-matrix test-variant --cpu-only --kernel "$KERNEL" "$VARIANT"'
+    assert commands("test-gpu")[-1] == 'kernel-matrix test-variant --kernel "$KERNEL" "$VARIANT"'
     assert commands("release-wheels") == ['gh release create "$TAG" --verify-tag --generate-notes wheels/*.whl']
     for job in ("build", "test-cpu", "test-gpu"):
         for s in JOBS[job]["steps"]:
             if "$VARIANT" in s.get("run", ""):
-                assert s["env"] == {"KERNEL": "${{ matrix.kernel }}", "VARIANT": "${{ matrix.variant }}"}, (
-                    job,
-                    s["run"],
-                )
-    assert os.access(TEST_VARIANT, os.X_OK)
+                cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANT": "${{ matrix.variant }}"}
+                if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
+                    cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
+                assert s["env"] == cell, (job, s["run"])
+    assert os.access(TEST_VARIANT, os.X_OK) and os.access(REPO / "scripts" / "test-variant", os.X_OK)
     assert not (REPO / "scripts" / "gpu-test").exists(), "renamed to scripts/test-variant"
 
 
@@ -404,6 +422,53 @@ BUILD_RUNS_ON = (
 )
 
 
+def install_steps(job: str) -> list[dict]:
+    """The steps that install kernel-matrix: the `kernel-matrix` input, never the caller's checkout."""
+    return [s for s in JOBS[job]["steps"] if s.get("env", {}).get("KERNEL_MATRIX") == "${{ inputs.kernel-matrix }}"]
+
+
+def test_every_job_installs_kernel_matrix_at_the_workflows_own_release():
+    from kernel_matrix import __version__
+
+    declared = BUILD["on"]["workflow_call"]["inputs"]["kernel-matrix"]
+    assert declared["default"] == f"kernel-matrix=={__version__}"  # bumped with the release, so a pin is one service
+    for job in ("plan", "build", "test-cpu", "test-gpu", "publish"):
+        (install,) = install_steps(job)
+        assert '"$KERNEL_MATRIX"' in install["run"] and " . " not in f"{install['run']} ", job
+    for job in ("summary", "release-wheels"):
+        assert install_steps(job) == [], job  # they run no kernel-matrix
+    # kernel-matrix's own caller installs the code under test; a kernel's caller passes nothing.
+    assert CALLER_JOB["with"]["kernel-matrix"] == "."
+
+
+def test_the_caller_passes_its_run_to_the_reusable_workflow():
+    declared = BUILD["on"]["workflow_call"]
+    assert set(CALLER_JOB["with"]) <= set(declared["inputs"]) and set(CALLER_JOB["secrets"]) == set(declared["secrets"])
+    assert CALLER_JOB["uses"] == REUSABLE
+    for kind, inputs in (("push", {}), ("dispatch", {"publish": True, "dry_run": True, "only": "torch=2.13"})):
+        called = run_context(kind, **inputs)["inputs"]
+        assert called["publish"] is inputs.get("publish", False) and called["dry-run"] is inputs.get("dry_run", False)
+        assert called["only"] == inputs.get("only", "") and called["matrix-file"] == "build_matrix.yaml"
+    # A pull request's caller may ask for any profile: the reusable workflow builds pr.
+    context = run_context("fork-pr")
+    context["inputs"]["profile"] = "full"
+    assert render(BUILD["env"]["PROFILE"], context) == "pr"
+
+
+def test_the_object_cache_is_restored_per_kernel_and_cell_and_never_for_publish():
+    (cache,) = [s for s in JOBS["build"]["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    build = step("build", run="kernel-matrix build")
+    steps = JOBS["build"]["steps"]
+    assert steps.index(cache) < steps.index(build)
+    assert cache["with"]["path"] == "build/.cache/objects"  # objects only: variants, records and logs are this run's
+    prefix = "kernel-matrix-objects-${{ matrix.kernel }}-${{ matrix.variant }}-"
+    assert cache["with"]["restore-keys"] == prefix
+    key = cache["with"]["key"]
+    assert key.startswith(prefix) and "hashFiles(" in key and "'**/*.cu'" in key and "'**/build.toml'" in key
+    for job in ("plan", "test-cpu", "test-gpu", "publish", "release-wheels"):
+        assert not any("actions/cache" in s.get("uses", "") for s in JOBS[job]["steps"]), job
+
+
 def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
     cells = cli_matrix("full")["include"]
     assert not any("self-hosted" in cell["build_runner"] for cell in cells), "builds run on GitHub's runners"
@@ -413,8 +478,10 @@ def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
             assert cell["arch"] in ("x86_64", "aarch64") and "gpu" in cell["test_runner"]
     for path in WORKFLOWS:
         for name, job in load(path)["jobs"].items():
+            if "uses" in job:  # a caller: its jobs are the reusable workflow's, checked here too
+                continue
             runs_on = job["runs-on"]
-            if (path.name, name) == ("build.yml", "test-gpu"):
+            if (path.name, name) == ("reusable-build.yml", "test-gpu"):
                 continue
             assert runs_on == BUILD_RUNS_ON or re.fullmatch(r"ubuntu-[\d.]+(-arm)?", runs_on), name
 
@@ -486,10 +553,15 @@ def test_the_gpu_jobs_condition_names_the_fork_rule_word_for_word():
 
 def test_the_workflows_page_names_every_workflow_job_and_input():
     page = (REPO / "docs" / "workflows.md").read_text()
-    names = [p.name for p in WORKFLOWS] + list(JOBS) + list(BUILD["on"]["workflow_dispatch"]["inputs"])
+    names = [p.name for p in WORKFLOWS] + list(JOBS) + list(CALLER["on"]["workflow_dispatch"]["inputs"])
+    names += list(BUILD["on"]["workflow_call"]["inputs"]) + ["HF_TOKEN"]
     assert [name for name in names if f"`{name}`" not in page] == []
     # Its local commands are the jobs' commands.
-    for command in ("scripts/test-variant --cpu-only --kernel", "kernel-matrix wheels --kernel", "gh release create"):
+    for command in (
+        "kernel-matrix test-variant --cpu-only --kernel",
+        "kernel-matrix wheels --kernel",
+        "gh release create",
+    ):
         assert command in page, command
 
 
@@ -774,7 +846,7 @@ def test_each_job_downloads_what_it_reads(tmp_path, kernels):
 
 def test_only_runners_backends_are_tested():
     """test-cpu skips (as a step) a noarch variant of a backend no runner has; test-gpu takes CUDA cells only."""
-    (test,) = [s for s in JOBS["test-cpu"]["steps"] if "run" in s]
+    test = step("test-cpu", run="kernel-matrix test-variant")
     context = {"matrix": {"cpu_test": False}, "status": "success"}
     assert not runs(test, context) and runs(test, context | {"matrix": {"cpu_test": True}})
 
@@ -911,10 +983,14 @@ def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
         (path.name, where) for path in WORKFLOWS for where, value in strings(load(path)) if "secrets" in value
     ]
     publish_step = JOBS["publish"]["steps"].index(step("publish", run="kernel-matrix publish"))
-    assert uses_secrets == [("build.yml", f".jobs.publish.steps[{publish_step}].env.HF_TOKEN")]
+    assert uses_secrets == [
+        # The caller hands the secret to the reusable workflow, where only publish reads it.
+        ("build.yml", ".jobs.kernel-matrix.secrets.HF_TOKEN"),
+        ("reusable-build.yml", f".jobs.publish.steps[{publish_step}].env.HF_TOKEN"),
+    ]
     assert JOBS["publish"]["steps"][publish_step]["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     environments = {(p.name, n): j.get("environment") for p in WORKFLOWS for n, j in load(p)["jobs"].items()}
-    assert {k: v for k, v in environments.items() if v} == {("build.yml", "publish"): "hub"}
+    assert {k: v for k, v in environments.items() if v} == {("reusable-build.yml", "publish"): "hub"}
     assert JOBS["publish"]["permissions"] == {"contents": "read"}
 
 
@@ -927,7 +1003,7 @@ def test_only_release_wheels_holds_the_job_token_and_may_write():
         if re.search(r"github\.token|GITHUB_TOKEN|GH_TOKEN", f"{where} {value}", re.I)
     ]
     gh_step = JOBS["release-wheels"]["steps"].index(step("release-wheels", run="gh release"))
-    assert token_uses == [("build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN")]
+    assert token_uses == [("reusable-build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN")]
     assert JOBS["release-wheels"]["steps"][gh_step]["env"]["GH_TOKEN"] == "${{ github.token }}"
     writers = [
         (path.name, name, job["permissions"])
@@ -935,10 +1011,11 @@ def test_only_release_wheels_holds_the_job_token_and_may_write():
         for name, job in load(path)["jobs"].items()
         if "write" in str(job.get("permissions"))
     ]
-    assert writers == [(*WRITER, {"contents": "write"})]
+    # The caller's job grants what release-wheels asks (a called job can have no more than its caller's).
+    assert writers == [("build.yml", "kernel-matrix", {"contents": "write"}), (*WRITER, {"contents": "write"})]
     # Word for word too, comments aside: no other `<scope>: write` (or write-all) anywhere, top level included.
     code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for p in WORKFLOWS for line in p.read_text().splitlines())
-    assert re.findall(r"[\w-]+:\s*write(?:-all)?\b", code) == ["contents: write"]
+    assert re.findall(r"[\w-]+:\s*write(?:-all)?\b", code) == ["contents: write"] * 2
     # It runs nothing of the repository's: no checkout, no kernel-matrix, no script.
     assert not any("actions/checkout" in s.get("uses", "") for s in JOBS["release-wheels"]["steps"])
 
@@ -1046,15 +1123,15 @@ def test_ci_runs_the_projects_test_command():
     ],
 )
 def test_test_variant_needs_one_variant_name(argv):
-    result = subprocess.run([TEST_VARIANT, *argv], capture_output=True, text=True)
-    assert (
-        result.returncode == 2 and "usage: scripts/test-variant [--cpu-only] [--kernel NAME] VARIANT" in result.stderr
-    )
+    for command in ([REPO / "scripts" / "test-variant"], [BIN / "kernel-matrix", "test-variant"]):
+        result = subprocess.run([*command, *argv], capture_output=True, text=True)
+        assert result.returncode == 2 and USAGE in result.stderr, command
 
 
 @pytest.mark.parametrize("flags", [[], ["--cpu-only"]])
 def test_test_variant_refuses_a_variant_that_is_not_built(flags):
-    result = subprocess.run([TEST_VARIANT, *flags, "torch299-cxx11-cu999-x86_64-linux"], capture_output=True, text=True)
+    command = [REPO / "scripts" / "test-variant", *flags, "torch299-cxx11-cu999-x86_64-linux"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 3, result.stderr
     assert "build/torch299-cxx11-cu999-x86_64-linux is not a built variant" in result.stderr
 
@@ -1089,11 +1166,9 @@ cuda = types.SimpleNamespace(
 
 
 def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool) -> tuple[int, list[str], str]:
-    """Run a copy of scripts/test-variant on a built cell with the stand-ins; return its exit, log and stderr."""
+    """Run the packaged test-variant, as `kernel-matrix test-variant` does, in a kernel's repository holding a
+    built cell, with the stand-ins; return its exit, log and stderr."""
     repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    (repo / "scripts" / "test-variant").write_text(TEST_VARIANT.read_text())
-    (repo / "scripts" / "test-variant").chmod(0o755)
     (repo / "build" / cell["variant"]).mkdir(parents=True)
     (repo / "build" / cell["variant"] / "metadata.json").write_text("{}")
     venv = tmp_path / "venv"
@@ -1114,10 +1189,11 @@ def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: 
         "CELL_JSON": json.dumps({"include": [cell]}),
         "TORCH_CUDA": torch_cuda or "",
         "GPU": "1" if gpu else "0",
+        "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9",
     }
     (tmp_path / "log").write_text("")
     result = subprocess.run(
-        [repo / "scripts" / "test-variant", *flags, cell["variant"]], env=env, capture_output=True, text=True
+        ["bash", TEST_VARIANT, *flags, cell["variant"]], env=env, capture_output=True, text=True, cwd=repo
     )
     return result.returncode, (tmp_path / "log").read_text().splitlines(), result.stderr
 
@@ -1151,6 +1227,7 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
     code, log, stderr = run_test_variant(tmp_path, cell, *flags, torch_cuda=torch_cuda, gpu=gpu)
     index = [] if cell["torch_index"] == "pypi" else ["--index-url", cell["torch_index"]]
     assert f"pip install --quiet --disable-pip-version-check {' '.join([*index, cell['torch_spec']])}" in log
+    assert log[0] == "pip install --quiet --disable-pip-version-check kernel-matrix==9.9.9"  # the caller's release
     tests = [line for line in log if line.startswith("kernel-matrix test")]
     if error:
         assert code != 0 and error in stderr, stderr

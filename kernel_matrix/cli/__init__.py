@@ -20,6 +20,7 @@ from .checks import check_abi, test, verify
 from .console import error
 from .matrix import matrix
 from .release import clean, publish
+from .test_variant import SETTINGS, test_variant
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -41,6 +42,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
 }
 for name, function in COMMANDS.items():
     app.command(name)(function)
+app.command("test-variant", context_settings=SETTINGS)(test_variant)
 
 
 def interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:

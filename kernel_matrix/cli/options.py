@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 # The options of every command that reads the matrix: resolved once by Selection.
-MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", help="The matrix file.")]
+# KERNEL_MATRIX_FILE: the reusable workflow names its caller's matrix once, for every step.
+MatrixFileOption = Annotated[Path, typer.Option("--file", "-f", envvar="KERNEL_MATRIX_FILE", help="The matrix file.")]
 KernelDirOption = Annotated[
     Path | None,
     typer.Option("--kernel-dir", help="A kernel folder in kernel-builder layout, instead of the matrix's kernels."),
