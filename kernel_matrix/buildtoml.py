@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, cast
 from packaging.version import Version as PackagingVersion
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .configfile import read_config
 from .errors import ConfigError
 from .section import Section
 from .sourcelines import toml_key_position, where
@@ -60,7 +61,7 @@ class KernelDependency(Section):
     """Another Hub kernel this one loads: by version (a v<N> branch) or revision."""
 
     repo_id: str
-    version: int | None = None
+    version: int | None = Field(default=None, strict=True)  # not a boolean
     revision: str | None = None
 
     @model_validator(mode="after")
@@ -86,7 +87,8 @@ class TpuGeneral(Section):  # edition 5
 
 class General(Section):
     name: str = Field(pattern=r"^[a-z][-a-z0-9]*[a-z0-9]$")
-    version: int = Field(ge=0)
+    # strict: `version = true` is no version (pydantic would read it as 1).
+    version: int = Field(ge=0, strict=True)
     edition: int | None = None  # 5; absent in edition 4 files (upgraded in memory)
     license: str
     upstream: str | None = None
@@ -226,12 +228,12 @@ class BuildConfig(Section):
 def load_build_toml(kernel_dir: Path) -> BuildConfig:
     """Parse kernel_dir/build.toml; any problem is one ConfigError line with file:line:col."""
     path = kernel_dir / "build.toml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read build.toml ({exc.strerror or exc})") from None
+    text = read_config(path, "build.toml")  # its size, before any of it is parsed
+    _check_nesting(path, text)
     try:
         raw = tomllib.loads(text)
+    except RecursionError:  # a backstop: _check_nesting's limit is far below Python's
+        raise ConfigError(f"{path}: nested too deeply; refusing to read it") from None
     except tomllib.TOMLDecodeError as exc:
         # Python < 3.14 keeps the position only in the message text.
         position = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
@@ -246,6 +248,51 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
     _check_framework(path, text, raw, config)
     _check_sources(path, text, kernel_dir, config)
     return config
+
+
+# Arrays and inline tables nest two or three levels in a real build.toml; tomllib
+# parses them recursively (5000 levels was a RecursionError traceback).
+MAX_TOML_DEPTH = 32
+
+
+def _check_nesting(path: Path, text: str) -> None:
+    """Refuse arrays or inline tables nested over MAX_TOML_DEPTH levels before
+    tomllib reads them: brackets and braces are counted outside strings and
+    comments (a table header's brackets count too, and close on their line)."""
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif char == "#":  # a comment, to the end of its line
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif char in "\"'":
+            quote = char * 3 if text.startswith(char * 3, i) else char
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                if text[i] == "\\" and char == '"':
+                    i += 1  # a basic string's escape: \" does not end it
+                elif text[i] == "\n":
+                    if len(quote) == 1:
+                        break  # a one-line string ends at its line (tomllib says what is wrong)
+                    line += 1
+                i += 1
+            i += len(quote)
+            # A multi-line string may end with one or two more quotes, which are its text.
+            while len(quote) == 3 and i < n and text[i] == char:
+                i += 1
+            continue
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_TOML_DEPTH:
+                raise ConfigError(
+                    f"{path}:{line}: arrays or tables nested over {MAX_TOML_DEPTH} levels deep; refusing to read it"
+                )
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
 
 
 # What edition 5 added; an edition 4 file (no `edition` key) may not use it.

@@ -35,7 +35,33 @@ def project_root(matrix_file: Path, build_dir: Path) -> Path:
             f"--build-dir {build_dir}: clean only removes a build folder inside the project {root}, "
             "not the project itself, a folder above it or elsewhere (nothing removed)"
         )
+    # A build folder's logs/ and .cache/ are removed whole: in git's own folder
+    # (.git/logs, the reflogs) or a virtual environment they are not ours.
+    parts = build.relative_to(root).parts
+    for depth in range(len(parts), 0, -1):  # the build folder, then each folder above it below root
+        folder = root.joinpath(*parts[:depth])
+        kind = _foreign(folder)
+        if kind is not None:
+            where = "" if folder == build else f"in {folder}, "
+            raise ConfigError(
+                f"--build-dir {build_dir}: {build} is {where}{kind}, not a build folder (nothing removed)"
+            )
     return root
+
+
+def _foreign(folder: Path) -> str | None:
+    """What a folder clean never looks into is (a git checkout or git's own folder,
+    as of a nested repository or a submodule, where .git may be a file; a virtual
+    environment), or None."""
+    if folder.name == ".git" or (
+        (folder / "HEAD").is_file() and (folder / "objects").is_dir() and (folder / "refs").is_dir()
+    ):
+        return "git's folder"
+    if (folder / ".git").exists():
+        return "another git checkout"
+    if (folder / "pyvenv.cfg").is_file():
+        return "a virtual environment"
+    return None
 
 
 def find_artifacts(
@@ -55,6 +81,8 @@ def find_artifacts(
             if entry.is_dir():
                 if entry.name in SKIP_DIRS and directory == root:
                     continue
+                if _foreign(entry) is not None:
+                    continue  # another repository's or an environment's files: not this project's artifacts
                 if any(entry.match(pattern) for pattern in ARTIFACT_DIRS):
                     found.append(entry)
                 else:

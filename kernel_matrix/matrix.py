@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from . import data
 from .buildtoml import BUILDABLE_BACKENDS
 from .capabilities import default_capabilities
+from .configfile import read_config
 from .errors import ConfigError
 from .github_event import UNTRUSTED_ENV, GithubEvent, is_github_hosted
 from .matrix_schema import (
@@ -123,10 +124,9 @@ def suggest(value: object, choices: Iterable[object]) -> str:
 
 def load_matrix(path: Path) -> Matrix:
     """Read and validate build_matrix.yaml and expand it to all its cells."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the matrix file ({getattr(exc, 'strerror', None) or exc})") from None
+    # Its size is checked before any of it is parsed (configfile), its nodes and
+    # depth while it is composed (yamlsource).
+    text = read_config(path, "the matrix file")
     try:
         located = load_located(text)
     except YamlProblems as exc:

@@ -48,12 +48,14 @@ def matrix_kernels(matrix: Matrix) -> list[Kernel]:
     kernels: list[Kernel] = []
     for where, entry in matrix.spec.kernel_entries():
         folder = matrix.path.parent / entry
-        if not (folder / "build.toml").is_file():
+        problem = f"{folder} holds no build.toml (a kernel in kernel-builder's layout)"
+        try:
+            found = (folder / "build.toml").is_file()
+        except OSError as exc:  # is_file() passes on e.g. ENAMETOOLONG (a 5000-character name)
+            found, problem = False, f"cannot be read ({exc.strerror or exc})"
+        if not found:
             line, col = matrix.located.position(where)
-            raise ConfigError(
-                f"{matrix.path}:{line}:{col}: {'.'.join(map(str, where))} = {entry!r}: "
-                f"{folder} holds no build.toml (a kernel in kernel-builder's layout)"
-            )
+            raise ConfigError(f"{matrix.path}:{line}:{col}: {'.'.join(map(str, where))} = {entry!r}: {problem}")
         kernel = Kernel.load(folder)
         if any(k.name == kernel.name for k in kernels):
             line, col = matrix.located.position(where)

@@ -21,6 +21,8 @@ _MINOR_VERSION = re.compile(r"^\d+\.\d+$")
 
 # Far above any real build matrix, far below what would exhaust memory.
 MAX_NODES = 20_000
+# A build matrix nests four or five levels; PyYAML composes recursively.
+MAX_DEPTH = 64
 
 
 @dataclass
@@ -53,10 +55,46 @@ class YamlProblems(Exception):
         self.problems = problems
 
 
+class _TooLarge(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that stops composing at MAX_NODES nodes or MAX_DEPTH levels:
+    the node graph is built whole before _Builder sees it, so counting there
+    (as for alias bombs) came only after the memory and minutes were spent."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.composed = 0
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        # Each node of the text (an alias once, not its expansion: _Builder counts that).
+        self.composed += 1
+        self.depth += 1
+        try:
+            if self.composed > MAX_NODES or self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+                message = (
+                    f"the document has more than {MAX_NODES} values"
+                    if self.composed > MAX_NODES
+                    else f"the document is nested too deeply (more than {MAX_DEPTH} levels)"
+                )
+                raise _TooLarge(Problem(mark.line + 1, mark.column + 1, f"{message}; refusing to read it"))
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def load_located(text: str) -> Located:
     """Parse text; raise YamlProblems (with positions) for anything malformed."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_LimitedLoader)
+    except _TooLarge as exc:
+        raise YamlProblems([exc.problem]) from None
     except RecursionError:
         raise YamlProblems([Problem(1, 1, "the document is nested too deeply")]) from None
     except yaml.MarkedYAMLError as exc:

@@ -98,7 +98,7 @@ BAD_FILES = [
         "alias bomb",
     ),
     ("recursive alias", GOOD + "loop: &a [*a]\n", 5, "an alias refers to a value that contains it"),
-    ("deep nesting", GOOD + "deep: " + "[" * 5000 + "]" * 5000 + "\n", 1, "nested too deeply"),
+    ("deep nesting", GOOD + "deep: " + "[" * 5000 + "]" * 5000 + "\n", 5, "nested too deeply"),
     ("python object tag", GOOD + "kernel: !!python/object/apply:os.system [ls]\n", 5, "unsupported tag"),
     ("merge key", GOOD + "upstream:\n  <<: {pypi: x}\n", 6, "merge keys (<<) are not supported"),
     ("non-string key", GOOD + "? [a, b]\n: 1\n", 5, "keys must be plain values"),

@@ -3,6 +3,7 @@ for every command that takes them (typer reads them from the annotations)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -55,6 +56,14 @@ def selection_of(
     )
 
 
+def parse_build_dir(value: str | Path) -> Path:
+    """--build-dir's text as given: an empty one would become Path("."), the
+    current folder, and build there (and clean it) without anyone asking for it."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path; give a folder such as build", param_hint="--build-dir")
+    return Path(value)
+
+
 def check_build_dir(path: Path) -> Path:
     """A folder, or a path where one can be made: never an existing file."""
     for candidate in (path, *path.absolute().parents):
@@ -77,10 +86,17 @@ def check_capabilities(value: str | None) -> str | None:
 
 
 def make_build_dir(path: Path) -> None:
+    """The build folder, made, and shown to take new folders (variants are staged
+    in one beside their place): a folder that is there but refuses them, as
+    /proc/self or one on a read-only mount, is one line here, not a traceback later."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
+    try:
+        tempfile.TemporaryDirectory(prefix=".kernel-matrix-probe-", dir=path).cleanup()
+    except OSError as exc:
+        raise ConfigError(f"--build-dir {path}: cannot be written ({exc.strerror or exc})") from None
 
 
 BuildDirOption = Annotated[
@@ -89,6 +105,8 @@ BuildDirOption = Annotated[
         "--build-dir",
         help="Where variants are written: <build-dir>/<variant>/ (<build-dir>/<kernel>/<variant>/ for a matrix "
         "of several kernels).",
+        parser=parse_build_dir,
+        metavar="PATH",
         callback=check_build_dir,
     ),
 ]

@@ -5,11 +5,13 @@ reach. Each is refused with one line and a distinct exit code, or neutralised,
 and nothing is written outside the build directory."""
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, kernel_matrix, matrix_text
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from kernel_matrix.buildtoml import load_build_toml
@@ -73,3 +75,169 @@ def test_a_license_is_data_in_the_hub_cards_front_matter(kernel_copy, license):
     # The repo id is one Python string literal in the usage snippet.
     (snippet,) = [line for line in card.splitlines() if line.startswith(f"{config.general.python_name} = ")]
     assert snippet == f"{config.general.python_name} = get_kernel({json.dumps(repo_id)}, version=1)"
+
+
+# --- sizes and depths, before parsing (item 6) ---------------------------------------------------------------------
+
+
+def one_error(result, code):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stdout + result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[:2000]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def timed(*args, **kwargs):
+    start = time.monotonic()
+    result = kernel_matrix(*args, **kwargs)
+    return result, time.monotonic() - start
+
+
+def test_a_matrix_file_over_the_size_limit_is_not_parsed(tmp_path):
+    path = tmp_path / "build_matrix.yaml"
+    path.write_text(matrix_text() + "".join(f"k{i}: 1\n" for i in range(300_000)))  # 3 MB
+    result, seconds = timed("matrix", "--file", str(path))
+    line = one_error(result, 2)
+    assert line.startswith(f"error: {path}: the matrix file is ") and "more than the limit of 1048576" in line
+    assert seconds < 20  # the interpreter's start; parsing it took minutes
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # 1 MB, under the size limit; composing stops at the limit, never reaching the
+        # unclosed list at the end (composed whole first, it was "invalid YAML", in seconds)
+        ("".join(f"k{i}: 1\n" for i in range(100_000)) + "tail: [\n", "more than 20000 values"),
+        ("deep: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply (more than 64 levels)"),
+    ],
+    ids=["many-keys", "deep"],
+)
+def test_a_matrix_file_is_refused_while_composed(tmp_path, body, expected):
+    path = tmp_path / "build_matrix.yaml"
+    path.write_text(body)
+    result, seconds = timed("matrix", "--file", str(path))
+    line = one_error(result, 2)
+    assert line.startswith(f"error: {path}:") and expected in line
+    assert seconds < 20
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("deep = " + "[" * 5000 + "]" * 5000 + "\n", ":1: arrays or tables nested over 32 levels deep"),
+        ("deep = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n", ":1: arrays or tables nested over 32 levels deep"),
+        ("# " + "x" * (1024 * 1024) + "\n", "bytes, more than the limit of 1048576; refusing to read it"),
+        ("\udcff", ": build.toml is not UTF-8 text"),
+    ],
+    ids=["arrays", "inline-tables", "size", "not-utf8"],
+)
+def test_a_build_toml_is_refused_before_parsing(kernel_copy, tmp_path, text, expected):
+    path = kernel_copy / "build.toml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape") + path.read_bytes())
+    build = tmp_path / "build"
+    line = one_error(
+        kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build)), 2
+    )
+    assert line.startswith(f"error: {path}") and expected in line
+    assert not build.exists()
+
+
+# --- path errors are one line (item 6) -----------------------------------------------------------------------------
+
+
+def test_a_kernel_name_longer_than_the_system_allows(tmp_path):
+    path = tmp_path / "build_matrix.yaml"
+    path.write_text(matrix_text().replace(f"kernel: {REPO / 'kernel'}", "kernel: " + "k" * 5000))
+    for command in ("matrix", "build", "publish"):
+        line = one_error(kernel_matrix(command, "--file", str(path), cwd=tmp_path), 2)
+        assert line.startswith(f"error: {path}:") and line.endswith(": cannot be read (File name too long)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build_matrix.yaml"]
+
+
+def test_a_build_dir_that_takes_no_folders(kernel_copy):
+    line = one_error(
+        kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", "/proc/self"), 2
+    )
+    assert line == "error: --build-dir /proc/self: cannot be written (No such file or directory)"
+
+
+def test_an_empty_build_dir_is_refused(kernel_copy, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    for command in (("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy)), ("clean",), ("test",)):
+        line = one_error(kernel_matrix(*command, "--build-dir", "", cwd=work), 2)
+        assert line.endswith("Invalid value for --build-dir: an empty path; give a folder such as build")
+    assert list(work.iterdir()) == []
+
+
+# --- build.toml values (item 7) ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "false", "1.0"])
+def test_a_kernel_version_is_an_integer_not_a_boolean(kernel_copy, tmp_path, value):
+    set_toml(kernel_copy, "version = 1", f"version = {value}")
+    build = tmp_path / "build"
+    line = one_error(
+        kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build)), 2
+    )
+    assert "build.toml:" in line and f"'general.version' = {tomllib.loads(f'v = {value}')['v']!r}" in line
+    assert not build.exists()
+
+
+# --- clean (item 7) ------------------------------------------------------------------------------------------------
+
+
+def git_project(tmp_path):
+    """A git checkout holding the matrix, with a commit (so .git/logs exists)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "build_matrix.yaml").write_text(matrix_text())
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "build_matrix.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    assert (project / ".git" / "logs" / "HEAD").is_file()
+    return project
+
+
+def every_file(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("build_dir", [".git", ".git/logs", ".git/refs", "sub", "sub/build", ".venv2", ".venv2/lib"])
+def test_clean_refuses_a_build_dir_that_is_not_a_build_folder(tmp_path, build_dir):
+    project = git_project(tmp_path)
+    subprocess.run(["git", "init", "-q", str(project / "sub")], check=True)  # a nested repository
+    (project / ".venv2" / "lib" / "logs").mkdir(parents=True)
+    (project / ".venv2" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    before = every_file(project)
+    for dry in ((), ("--dry-run",)):
+        line = one_error(kernel_matrix("clean", "--build-dir", build_dir, *dry, cwd=project), 2)
+        assert line.startswith(f"error: --build-dir {build_dir}: ") and line.endswith(
+            ", not a build folder (nothing removed)"
+        )
+    assert every_file(project) == before
+
+
+def test_clean_leaves_nested_environments_and_repositories_alone(tmp_path):
+    project = git_project(tmp_path)
+    files = [
+        "env/pyvenv.cfg",
+        "env/lib/python3.11/site-packages/pkg.egg-info/PKG-INFO",
+        "env/lib/python3.11/site-packages/pkg/__pycache__/m.cpython-311.pyc",
+        "tools/env/pyvenv.cfg",
+        "tools/env/lib/x/__pycache__/y.pyc",
+        "vendor/sub/.git/HEAD",
+        "vendor/sub/pkg/__pycache__/m.pyc",
+        "vendor/sub/a.egg-info/PKG-INFO",
+        "src/__pycache__/ours.pyc",
+    ]
+    for name in files:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("x")
+    result = kernel_matrix("clean", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["removed src/__pycache__"]
+    assert all((project / name).exists() for name in files[:-1])
+    assert not (project / "src" / "__pycache__").exists()
