@@ -29,7 +29,7 @@ from .container_output import check_tree, copy_regular
 from .dependencies import container_mounts
 from .dependencies import resolve as resolve_dependency
 from .engine import Limits, Mount, build_user, connect, container
-from .errors import BuildError, EngineError, KernelMatrixError
+from .errors import BuildError, EngineError, ExitCode, KernelMatrixError
 from .github_event import GithubEvent
 from .layout import BuildDir, is_built
 from .matrix import Cell
@@ -61,10 +61,18 @@ class CellResult:
     message: str  # the error line, or the variant directory
     so_bytes: int | None = None  # the variant's extension, once built
     objects: str = "-"  # "2 of 3 cached": what the object cache saved
+    exit_code: ExitCode = ExitCode.OK  # a failure's kind, as the CLI's exit codes tell it
 
     @property
     def ok(self) -> bool:
         return self.status != "FAILED"
+
+
+def exit_code_of(exc: BaseException) -> ExitCode:
+    """What kind of failure exc is: its own code, ENGINE for the engine's errors, else FAILURE."""
+    if isinstance(exc, KernelMatrixError):
+        return exc.exit_code
+    return ExitCode.ENGINE if isinstance(exc, docker.errors.DockerException) else ExitCode.FAILURE
 
 
 SUMMARY_COLUMNS = ("kernel", "variant", "status", "seconds", ".so size", "objects cached", "image", "result")
@@ -226,7 +234,8 @@ def build_cells(
 
     def failed(cell: Cell, exc: Exception, image: str | None) -> CellResult:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return CellResult(cell, "FAILED", time.monotonic() - started[cell.name], image, message)
+        seconds = time.monotonic() - started[cell.name]
+        return CellResult(cell, "FAILED", seconds, image, message, exit_code=exit_code_of(exc))
 
     todo: list[tuple[Cell, str, str]] = []
     dependencies: set[str] | None = None  # the kernel's (from config, the build.toml already read), once
@@ -406,7 +415,8 @@ def _build_noarch_cells(item: KernelCells) -> list[CellResult]:
         backends = [c.variant.backend for c in item.cells]
         made = build_noarch(item.kernel.dir, item.build_dir.path, backends=backends, config=item.kernel.config)
     except KernelMatrixError as exc:
-        return [CellResult(c, "FAILED", time.monotonic() - started, None, str(exc).splitlines()[0]) for c in item.cells]
+        seconds, code = time.monotonic() - started, exc.exit_code
+        return [CellResult(c, "FAILED", seconds, None, str(exc).splitlines()[0], exit_code=code) for c in item.cells]
     seconds = time.monotonic() - started
     return [CellResult(c, "built", seconds, None, str(path)) for c, path in zip(item.cells, made, strict=True)]
 

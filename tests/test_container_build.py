@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from conftest import KERNEL_DIR, container_build_cli, kernel_matrix
@@ -245,3 +246,44 @@ def test_a_dependencys_headers_reach_the_build_container(local_cuda_cell, kernel
     again = container_build_cli(local_cuda_cell, tmp_path / "with", kernel_copy, "--cuda-capabilities", "9.0")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr
     assert f"| {local_cuda_cell.name} | built |" in (tmp_path / "with" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("errors", "code"),
+    [
+        (["abi", "abi"], 7),  # every cell failed the ABI check
+        (["engine", "docker"], 11),  # the engine, as kernel-matrix or the docker SDK reports it
+        (["abi", "compile"], 5),  # mixed: a build failure
+        (["abi", None], 7),  # a cell that built does not change the failures' kind
+    ],
+)
+def test_several_failing_cells_exit_with_the_code_they_share(monkeypatch, tmp_path, errors, code):
+    """Issue 21: the README's exit codes survive aggregation over cells."""
+    from typer.testing import CliRunner
+
+    import docker
+    from kernel_matrix.cli import app
+    from kernel_matrix.errors import EngineError
+
+    cells = select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"), only="torch=2.14,arch=x86_64")[:2]
+    raised = {
+        "abi": AbiError("not manylinux"),
+        "engine": EngineError("no engine"),
+        "docker": docker.errors.APIError("gone"),
+        "compile": BuildError("compile failed"),
+    }
+
+    def fake_build(client, cell, image, **kwargs):
+        kind = errors[[c.name for c in cells].index(cell.name)]
+        if kind is not None:
+            raise raised[kind]
+        (tmp_path / "out" / cell.name).mkdir(parents=True)
+        return tmp_path / "out" / cell.name, {}
+
+    monkeypatch.setattr(container_build, "build_cell", fake_build)
+    monkeypatch.setattr(container_build, "builder_for", lambda *a, **kw: "builder")
+    engine = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
+    monkeypatch.setattr(container_build, "connect", lambda: engine)
+    variants = [arg for cell in cells for arg in ("--variant", cell.name)]
+    result = CliRunner().invoke(app, ["build", *variants, "--build-dir", str(tmp_path / "b"), "--image", "offline"])
+    assert result.exception is not None and result.exception.exit_code == code, result.output

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import BuildError, ConfigError
+from ..errors import BuildError, ConfigError, ExitCode
 from ..layout import BuildDir
 from ..resources import CELL_TIMEOUT_S
 from ..variants import ImageKind
@@ -215,9 +215,14 @@ def _build_in_containers(
         progress=lambda names: live_progress(console, names),
     )
     stdout.print(render.build_results_table(results))
-    failed = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in results if not r.ok]
-    if failed:
-        raise BuildError(f"{len(failed)} of {len(results)} cells failed: {', '.join(failed)}")
+    failures = [r for r in results if not r.ok]
+    if failures:
+        names = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in failures]
+        # The most specific code the failures share (all ABI: 7, all the engine: 11), else BUILD.
+        codes = {r.exit_code for r in failures}
+        error = BuildError(f"{len(failures)} of {len(results)} cells failed: {', '.join(names)}")
+        error.exit_code = codes.pop() if len(codes) == 1 else ExitCode.BUILD
+        raise error
 
 
 def wheels(
