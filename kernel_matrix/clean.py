@@ -10,7 +10,7 @@ from collections.abc import Set
 from pathlib import Path
 
 from .errors import ConfigError
-from .layout import is_built
+from .layout import CACHE, LOGS, is_built
 
 # Generated trees and caches, matched anywhere under the project.
 ARTIFACT_DIRS = ("__pycache__", "*.egg-info", ".pytest_cache", ".ruff_cache", ".hypothesis", "_skbuild", "CMakeFiles")
@@ -103,7 +103,7 @@ def find_artifacts(
                 part in entry.name for part in (".staging-", ".old-", ".container-")
             )
             # logs, and the compiled-object cache (the next build fills it again).
-            if stale_variant or leftover or entry.name in ("logs", ".cache"):
+            if stale_variant or leftover or entry.name in (LOGS, CACHE):
                 found.append(entry)
 
     walk(root)

@@ -425,7 +425,7 @@ def _log_unexpected(build_dir: Path, cell: Cell, exc: Exception) -> None:
     """A failure kernel-matrix did not foresee: its traceback goes to the cell's log, not the screen."""
     import traceback
 
-    log = build_dir / "logs" / f"{cell.name}.container.log"
+    log = BuildDir(build_dir).log(cell.name, "container.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
         f.write("".join(traceback.format_exception(exc)))
@@ -468,8 +468,8 @@ def build_cell(
         env[BUILDER_GIT_ENV] = f"{builder.commit}:{int(builder.dirty)}"
     if cell.variant.cuda:
         env["CUDA_HOME"] = images.CUDA_HOME
-    logs = build_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    where = BuildDir(build_dir)
+    where.logs.mkdir(parents=True, exist_ok=True)
     # The container writes into a folder of its own: what it made is checked
     # before it may replace anything in build_dir.
     with (
@@ -517,15 +517,15 @@ def build_cell(
             limits=limits,
         ) as box:
             result = box.run(argv, timeout=timeout)
-        log_path = logs / f"{cell.name}.container.log"
+        log_path = where.log(cell.name, "container.log")
         log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace('/out/', f'{build_dir}/')}")
         # The container is gone: check what it left before reading any of it.
         check_tree(Path(private), owner=(os.getuid(), os.getgid()))
         # This cell's compile logs and build statistics: never another cell's files.
-        for inner_log in (Path(private) / "logs").glob(f"{cell.name}.*"):
+        for inner_log in BuildDir(Path(private)).logs.glob(f"{cell.name}.*"):
             if inner_log.is_file():
-                copy_regular(inner_log, logs / inner_log.name)
-        stats_file = logs / f"{cell.name}.build.json"
+                copy_regular(inner_log, where.logs / inner_log.name)
+        stats_file = where.log(cell.name, "build.json")
         try:
             stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
         except ValueError:

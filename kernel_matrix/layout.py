@@ -15,6 +15,8 @@ from pathlib import Path
 
 # Written last into a variant folder: its presence means the variant is whole.
 METADATA = "metadata.json"
+# The build folder's own subfolders (clean removes them; they are never a variant).
+LOGS, CACHE = "logs", ".cache"
 
 
 def is_built(variant_dir: Path) -> bool:
@@ -45,7 +47,7 @@ class BuildDir:
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / LOGS
 
     def log(self, name: str, kind: str) -> Path:
         return self.logs / f"{name}.{kind}"
@@ -57,7 +59,7 @@ class BuildDir:
     @property
     def cache(self) -> Path:
         """The default object cache's root (--cache-dir): the scopes of every kernel are under it."""
-        return self.root / ".cache" / "objects"
+        return self.root / CACHE / "objects"
 
     @property
     def summary(self) -> Path:

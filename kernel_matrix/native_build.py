@@ -32,6 +32,7 @@ from .compile import PY_LIMITED_API, PathMap, Progress, Step, cxx_compile, link_
 from .dependencies import Resolved
 from .dependencies import resolve as resolve_dependency
 from .errors import BuildError, ConfigError, ToolchainError
+from .layout import BuildDir
 from .objcache import ObjectCache
 from .provenance import git_state, toolchain
 from .resources import Parallelism, plan_parallelism
@@ -447,7 +448,7 @@ def build_variant(
         except BuildError as exc:
             if not exc.log:
                 raise
-            log_path = out_dir.resolve() / "logs" / f"{plan.variant.name}.log"
+            log_path = BuildDir(out_dir.resolve()).log(plan.variant.name, "log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text(exc.log)
             raise BuildError(f"{exc} (full log: {log_path})") from None
