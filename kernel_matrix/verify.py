@@ -21,11 +21,12 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .compile import SOURCE_DATE_EPOCH
 from .errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
@@ -220,18 +221,98 @@ def verify_variants(
     return outcomes
 
 
-def read_metadata(variant_dir: Path) -> Metadata:
+# metadata.json is a few kilobytes; one from the Hub is anyone's.
+_MAX_METADATA_BYTES = 1024 * 1024
+_MAX_METADATA_DEPTH = 16
+# provenance.toolchain.source-date-epoch: seconds, as compile.source_date_epoch() records them.
+_EPOCH = re.compile(r"^\d{1,18}$")
+# Other backends' archs (rocm's gfx90a): never used to build, but printed.
+_ARCH = re.compile(r"^[A-Za-z0-9_.+-]{1,32}$")
+# C0 and C1 controls and DEL: no value kernel-matrix writes holds one; printed, they drive a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def read_metadata(variant_dir: Path, shown: str | None = None) -> Metadata:
+    """A variant's metadata.json, checked as untrusted input: a release on the Hub
+    is anyone's, and what verify uses of it (the backend and its CUDA archs, the
+    SOURCE_DATE_EPOCH) reaches the compiler's command line and the environment.
+    shown: how error lines name the file (default: its path)."""
     path = variant_dir / METADATA
+    if shown is not None:
+        try:
+            return read_metadata(variant_dir)
+        except ConfigError as exc:
+            raise ConfigError(f"{shown}{str(exc).removeprefix(str(path))}") from None
     try:
-        metadata = json.loads(path.read_text())
+        if path.stat().st_size > _MAX_METADATA_BYTES:
+            raise ConfigError(f"{path}: more than {_MAX_METADATA_BYTES} bytes: not a variant's metadata")
+        metadata = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}): not a built variant") from None
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError too
         raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply: not a variant's metadata") from None
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
     if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
         raise ConfigError(f"{path}: no backend.type: not a variant's metadata")
+    _check_metadata(path, metadata)
     return cast(Metadata, metadata)
+
+
+def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
+    """One ConfigError line for the first value of metadata.json that no build of
+    kernel-matrix writes: what verify would pass to a compiler, the environment
+    or a terminal."""
+    from typing import get_args
+
+    from .buildtoml import Backend
+    from .capabilities import CAPABILITY, strip_ptx
+
+    def refuse(key: str, value: object, expected: str) -> NoReturn:
+        shown = json.dumps(value)  # control characters escaped: one line
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ConfigError(f"{path}: {key} = {shown}: expected {expected}; not a variant kernel-matrix built")
+
+    def strings(value: object, key: str, depth: int) -> None:
+        if depth > _MAX_METADATA_DEPTH:
+            refuse(key, "...", f"at most {_MAX_METADATA_DEPTH} levels of nesting")
+        if isinstance(value, str) and _CONTROL.search(value):
+            refuse(key, value, "no control characters")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, item in items:
+            if isinstance(name, str) and _CONTROL.search(name):
+                refuse(f"{key}.{name}", item, "a key without control characters")
+            strings(item, f"{key}.{name}" if key else str(name), depth + 1)
+
+    strings(metadata, "", 0)
+    backend = metadata["backend"]
+    kind = backend["type"]
+    if kind not in get_args(Backend):
+        refuse("backend.type", kind, f"one of {', '.join(get_args(Backend))}")
+    archs = backend.get("archs")
+    if archs is not None:
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            refuse("backend.archs", archs, "a list of strings")
+        for arch in archs:
+            # A CUDA variant's archs become nvcc's -gencode flags in the rebuild.
+            if not (CAPABILITY.fullmatch(strip_ptx(arch)) if kind == "cuda" else _ARCH.fullmatch(arch)):
+                refuse(
+                    "backend.archs",
+                    arch,
+                    "a CUDA capability such as 9.0, 9.0a or 9.0+PTX" if kind == "cuda" else "an arch name",
+                )
+    # Read with .get() by the rebuild: each level a mapping where it is there.
+    provenance = metadata.get("provenance", {})
+    if not isinstance(provenance, dict):
+        refuse("provenance", provenance, "a mapping")
+    toolchain = provenance.get("toolchain", {})
+    if not isinstance(toolchain, dict):
+        refuse("provenance.toolchain", toolchain, "a mapping")
+    epoch = toolchain.get("source-date-epoch")
+    if epoch is not None and not (isinstance(epoch, str) and _EPOCH.fullmatch(epoch)):
+        # It becomes SOURCE_DATE_EPOCH in the rebuild's environment.
+        refuse("provenance.toolchain.source-date-epoch", epoch, "seconds since 1970 (digits)")
 
 
 def compare(given: Path, rebuilt: Path, label: str) -> tuple[list[str], list[str]]:
@@ -311,7 +392,7 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 def download_release(repo_id: str, revision: str, dest: Path, variants: list[str]) -> list[Path]:
     """The release's variant folders (build/<variant>/), or only the named ones,
     downloaded into dest with huggingface_hub (HF_ENDPOINT, HF_TOKEN as usual)."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -328,6 +409,15 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
     patterns = [f"build/{name}/*" for name in variants] or ["build/*"]
     where = f"{repo_id}@{revision}"
     try:
+        # The release's file names are anyone's: each is checked before anything is
+        # downloaded (huggingface_hub refuses one leaving local_dir, with a ValueError).
+        listed = HfApi().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=revision)
+        unsafe = next((name for name in listed if not _safe_release_path(name)), None)
+        if unsafe is not None:
+            raise ConfigError(
+                f"{where}: the release holds a file named {json.dumps(unsafe)[:120]}, not a plain path inside "
+                "the repo: refusing to download it (nothing verified)"
+            )
         snapshot_download(repo_id, repo_type=REPO_TYPE, revision=revision, allow_patterns=patterns, local_dir=dest)
     except RevisionNotFoundError:
         raise ConfigError(
@@ -341,6 +431,8 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
         raise NetworkError(f"{where}: the Hub refused the download: {_first_line(exc)}") from None
     except OSError as exc:
         raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+    except ValueError as exc:  # huggingface_hub's own refusal of a path, should the listing have changed since
+        raise ConfigError(f"{where}: refusing the release's files: {_first_line(exc)} (nothing verified)") from None
     build = dest / "build"
     found = sorted(d for d in build.iterdir() if is_built(d)) if build.is_dir() else []
     missing = sorted(set(variants) - {d.name for d in found})
@@ -348,7 +440,21 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
         raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in build/")
     if not found:
         raise NothingToDoError(f"{where}: no variant in build/ (nothing to verify)")
+    for variant_dir in found:  # every one checked before any is rebuilt
+        read_metadata(variant_dir, shown=f"{where}: build/{variant_dir.name}/{METADATA}")
     return found
+
+
+def _safe_release_path(name: str) -> bool:
+    """A repo file name that stays where it is put: relative, no . or .. or empty
+    parts, no backslash (a separator elsewhere) or control character."""
+    parts = name.split("/")
+    return (
+        bool(name)
+        and "\\" not in name
+        and not _CONTROL.search(name)
+        and all(part not in ("", ".", "..") for part in parts)
+    )
 
 
 def _first_line(exc: BaseException) -> str:

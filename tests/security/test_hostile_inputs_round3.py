@@ -4,14 +4,19 @@ a hostile Hub repository for `verify`, and `clean` pointed where it must not
 reach. Each is refused with one line and a distinct exit code, or neutralised,
 and nothing is written outside the build directory."""
 
+import itertools
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, kernel_matrix, matrix_text
+from hubserver import INITIAL_FILES, HubServer
+from huggingface_hub import HfApi
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from kernel_matrix.buildtoml import load_build_toml
@@ -241,3 +246,106 @@ def test_clean_leaves_nested_environments_and_repositories_alone(tmp_path):
     assert result.stdout.splitlines() == ["removed src/__pycache__"]
     assert all((project / name).exists() for name in files[:-1])
     assert not (project / "src" / "__pycache__").exists()
+
+
+# --- verify against a hostile Hub release (item 6) -----------------------------------------------------------------
+
+ORG = "hostile-org"
+CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
+_releases = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with HubServer(trusted_orgs=[ORG]) as server:
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": server.url,
+            "HF_TOKEN": "hf_" + "0" * 32,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_CACHE": str(tmp_path_factory.mktemp("hf-cache")),
+        }
+        env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+        yield server, env
+
+
+def hostile_release(server, files):
+    """A kernel repo whose branch v1 holds files: written into the server's state, as
+    a hostile Hub serves what huggingface_hub would refuse to upload."""
+    repo_id = f"{ORG}/release-{next(_releases)}"
+    HfApi(endpoint=server.url, token="hf_" + "0" * 32).create_repo(repo_id, repo_type="kernel")
+    with server._lock:
+        server._repos[("kernel", repo_id)].commit("v1", {**INITIAL_FILES, **files}, "Release v1")
+    return repo_id
+
+
+def metadata(**backend):
+    return {
+        "name": "img2gray",
+        "version": 1,
+        "license": "Apache-2.0",
+        "backend": {"type": "cuda", "archs": ["9.0"], **backend},
+        "provenance": {"toolchain": {"source-date-epoch": "315532800"}},
+    }
+
+
+def verify(env, repo_id, cwd):
+    """verify's one error line (its log says what it downloads)."""
+    result = kernel_matrix(
+        "verify", "--repo-id", repo_id, "--revision", "v1", "--kernel-dir", str(REPO / "kernel"), env=env, cwd=cwd
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_verify_refuses_a_release_file_named_out_of_the_repo(hub, tmp_path):
+    server, env = hub
+    work = tmp_path / "deep" / "work"
+    work.mkdir(parents=True)
+    repo_id = hostile_release(
+        server,
+        {
+            f"build/{CUDA_VARIANT}/metadata.json": json.dumps(metadata()).encode(),
+            "build/../../x": b"escaped",
+            "build/../../../../../../../../../../../../tmp/kernel-matrix-escaped": b"escaped",
+        },
+    )
+    line = verify(env, repo_id, work)
+    assert line.startswith(f'error: {repo_id}@v1: the release holds a file named "build/../../')
+    assert line.endswith("refusing to download it (nothing verified)")
+    assert list(work.iterdir()) == [] and not (tmp_path / "x").exists() and not (tmp_path / "deep" / "x").exists()
+    assert not Path("/tmp/kernel-matrix-escaped").exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"archs": "9.0"}, 'backend.archs = "9.0": expected a list of strings'),
+        ({"archs": ["90,code=sm_90 -Xcompiler=-fplugin=/tmp/x.so"]}, 'backend.archs = "90,code=sm_90 -Xcompiler'),
+        ({"archs": ["9.0\n"]}, 'backend.archs.0 = "9.0\\n": expected no control characters'),
+        ({"type": "../../cuda"}, 'backend.type = "../../cuda": expected one of'),
+        ({"provenance": "x"}, 'provenance = "x": expected a mapping'),
+        ({"source-date-epoch": "1\u0000"}, 'provenance.toolchain.source-date-epoch = "1\\u0000"'),
+        ({"source-date-epoch": "1; rm -rf /"}, 'provenance.toolchain.source-date-epoch = "1; rm -rf /"'),
+        ({"deep": 100}, "at most 16 levels of nesting"),
+    ],
+    ids=["archs-string", "archs-flags", "archs-newline", "backend", "provenance", "epoch-nul", "epoch-text", "deep"],
+)
+def test_verify_refuses_hostile_metadata_from_the_hub(hub, tmp_path, changes, key):
+    server, env = hub
+    data = metadata()
+    for name, value in changes.items():
+        if name == "source-date-epoch":
+            data["provenance"]["toolchain"][name] = value
+        elif name == "provenance":
+            data["provenance"] = value
+        elif name == "deep":
+            data["extra"] = json.loads("[" * value + "]" * value)
+        else:
+            data["backend"][name] = value
+    repo_id = hostile_release(server, {f"build/{CUDA_VARIANT}/metadata.json": json.dumps(data).encode()})
+    line = verify(env, repo_id, tmp_path)
+    assert line.startswith(f"error: {repo_id}@v1: build/{CUDA_VARIANT}/metadata.json: ") and key in line
+    assert line.endswith("not a variant kernel-matrix built")
+    assert list(tmp_path.iterdir()) == []
