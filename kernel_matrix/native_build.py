@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from packaging.version import Version
@@ -36,10 +37,10 @@ from .layout import BuildDir
 from .objcache import ObjectCache
 from .provenance import git_state, toolchain
 from .resources import Parallelism, plan_parallelism
-from .toolchain import Nvcc, TorchInstall, find_cxx, find_nvcc, probe_torch
+from .toolchain import Nvcc, Toolchain, TorchInstall
 from .torch_cuda import cuda_mismatch
 from .variant_dir import package_files, render_template, staged, write_metadata, write_python_package
-from .variants import Variant, host_arch, torch_minor
+from .variants import Variant, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -128,6 +129,11 @@ class BuildPlan:
         return sorted(files)
 
     def source_hash(self) -> str:
+        """The hash of the plan and every source file's content, read once per plan."""
+        return self._source_digest
+
+    @cached_property
+    def _source_digest(self) -> str:
         digest = hashlib.sha256()
         digest.update(
             json.dumps(
@@ -148,13 +154,28 @@ def plan_build(
     cuda_capabilities: list[str] | None = None,
     config: BuildConfig | None = None,
 ) -> BuildPlan:
-    """cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own);
-    config: the kernel's build.toml, where the caller has read it already."""
+    """This host's plan: its toolchain probed (python: the interpreter whose torch to
+    build against), then `plan`. config: the kernel's build.toml, where the caller has
+    read it already."""
     kernel_dir = kernel_dir.resolve()
     config = config or load_build_toml(kernel_dir)
+    return plan(kernel_dir, config, Toolchain.probe(python), backend=backend, cuda_capabilities=cuda_capabilities)
+
+
+def plan(
+    kernel_dir: Path,
+    config: BuildConfig,
+    toolchain: Toolchain,
+    *,
+    backend: str | None = None,
+    cuda_capabilities: list[str] | None = None,
+) -> BuildPlan:
+    """The build of kernel_dir with toolchain, as a value: no process is started.
+    backend: None for the CUDA variant where the toolchain builds one, else the CPU one.
+    cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
+    kernel_dir = kernel_dir.resolve()
     package_files(kernel_dir / "torch-ext" / config.general.python_name, kernel_dir)  # refuses links out, early
-    torch = probe_torch(python)
-    nvcc = find_nvcc()
+    torch, nvcc = toolchain.torch, toolchain.nvcc
     if backend is None:
         # The CUDA variant when it can be built here; otherwise the CPU one.
         can_build_cuda = torch.cuda and nvcc is not None and "cuda" in config.general.backends
@@ -186,7 +207,7 @@ def plan_build(
         )
     # A stable-ABI build is named for the ABI version, not the torch it was built with.
     variant = Variant(
-        torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=host_arch(), stable_abi=stable or None
+        torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=toolchain.arch, stable_abi=stable or None
     )
     sections: dict[str, list[str]] = {}
     if backend == "cuda":
@@ -214,7 +235,7 @@ def plan_build(
         variant=variant,
         torch=torch,
         nvcc=nvcc if backend == "cuda" else None,
-        cxx=find_cxx(),
+        cxx=toolchain.cxx,
         capabilities=capabilities,
         section_capabilities=sections,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolchainError
+from .variants import host_arch
 
 # Runs in the target interpreter. torch/version.py is plain assignments, so it is
 # executed on its own instead of importing torch (seconds, and CUDA libraries).
@@ -149,6 +150,21 @@ def nvcc_version(path: Path) -> str:
     if not match:
         raise ToolchainError(f"cannot read the CUDA version from `{path} --version`")
     return f"{match.group(1)}.{match.group(2)}"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What a native build compiles with, probed once at the edge (`probe`): planning
+    (native_build.plan) is then a pure function of the kernel, the cell and this value."""
+
+    torch: TorchInstall
+    nvcc: Nvcc | None
+    cxx: str
+    arch: str  # the CPU the variant is for: x86_64, aarch64
+
+    @staticmethod
+    def probe(python: str | None = None) -> Toolchain:
+        return Toolchain(torch=probe_torch(python), nvcc=find_nvcc(), cxx=find_cxx(), arch=host_arch())
 
 
 def find_cxx() -> str:
