@@ -74,6 +74,14 @@ def run_kernel_tests(
     repo_id = hub_repo_id(config)
     marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
     metadata = json.loads((variant_dir / METADATA).read_text())
+    module = metadata.get("id") if isinstance(metadata, dict) else None
+    # The id is written into the generated alias module (package_alias.py.in): only
+    # a Python module name, as every build writes, may reach its source text.
+    if not isinstance(module, str) or not module.isidentifier():
+        raise ConfigError(
+            f"{variant_dir / METADATA}: id {json.dumps(module)[:80]} is not a Python module name: "
+            "not a variant kernel-matrix built"
+        )
     env = {
         VARIANT_ENV: str(variant_dir),
         "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
@@ -96,7 +104,7 @@ def run_kernel_tests(
         (alias / "__init__.py").write_text(
             render_template(
                 "package_alias.py.in",
-                module=str(metadata["id"]),
+                module=module,
                 name=config.general.python_name,
                 variant=repr(str(variant_dir)),
             )

@@ -106,7 +106,7 @@ BuildDirOption = Annotated[
         help="Where variants are written: <build-dir>/<variant>/ (<build-dir>/<kernel>/<variant>/ for a matrix "
         "of several kernels).",
         parser=parse_build_dir,
-        metavar="PATH",
+        metavar="<path>",  # as typer shows the other Path options
         callback=check_build_dir,
     ),
 ]

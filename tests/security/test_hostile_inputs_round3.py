@@ -349,3 +349,17 @@ def test_verify_refuses_hostile_metadata_from_the_hub(hub, tmp_path, changes, ke
     assert line.startswith(f"error: {repo_id}@v1: build/{CUDA_VARIANT}/metadata.json: ") and key in line
     assert line.endswith("not a variant kernel-matrix built")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_variant_id_is_never_source_text_of_the_generated_alias(kernel_copy, tmp_path):
+    """`kernel-matrix test` writes an alias module naming the variant's id: an id
+    that closes its string literal (or its comment line) would add code to it."""
+    marker = tmp_path / "injected"
+    variant = tmp_path / "torch214-cxx11-cpu-x86_64-linux"
+    variant.mkdir()
+    (variant / "__init__.py").write_text("")
+    injected = f'x"\nopen({str(marker)!r}, "w").close()\n_ = "'
+    (variant / "metadata.json").write_text(json.dumps({**metadata(), "id": injected, "backend": {"type": "cpu"}}))
+    line = one_error(kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy)), 2)
+    assert line.startswith(f"error: {variant / 'metadata.json'}: id ") and "is not a Python module name" in line
+    assert not marker.exists()
