@@ -217,7 +217,7 @@ def test_a_poisoned_cache_merge_changes_nothing_it_should_not(tmp_path):
     ObjectCache._write(staged / "objects" / ("f" * 64), b"not what the name says")
     ObjectCache._write(staged / "objects" / other_name, other)
     hostile = [
-        {"inputs": {"/src/a.cu": "1" * 64}, "object": other_name},  # same inputs: must not replace
+        {"inputs": {"/src/a.cu": "1" * 64}, "object": other_name},  # same inputs: the newer one, first
         {"inputs": {"relative/path": "2" * 64}, "object": other_name},
         {"inputs": {"/src/b.cu": "3" * 64}, "object": "f" * 64},  # object refused above
         {"inputs": "junk", "object": other_name},
@@ -225,12 +225,18 @@ def test_a_poisoned_cache_merge_changes_nothing_it_should_not(tmp_path):
     ]
     ObjectCache._write(staged / "manifests" / "ab" / f"{key}.json", json.dumps(hostile).encode())
     ObjectCache._write(staged / "manifests" / "zz" / "../../escape.json", b"[]")
-    assert shared.merge(staged) == 1
+    # `shared` is one kernel's scope at one trust level, and staged what a build of that kernel wrote
+    # (the host never merges one kernel's writes into another's scope: test_cache_poisoning.py). Within
+    # it, newer sound entries go first, one with the same inputs replacing the older; objects must hash
+    # to their names and never overwrite one; malformed entries and paths out of the cache are dropped.
+    assert shared.merge(staged) == 2
     assert (shared.root / "objects" / good_name).read_bytes() == good
     assert not (shared.root / "objects" / ("f" * 64)).exists()
     merged = json.loads((shared.root / "manifests" / "ab" / f"{key}.json").read_text())
-    # The sound new entry is added after the existing one: it never shadows it.
-    assert merged == [entry, {"inputs": {"/src/c.cu": "4" * 64}, "object": other_name}]
+    assert merged == [
+        {"inputs": {"/src/a.cu": "1" * 64}, "object": other_name},
+        {"inputs": {"/src/c.cu": "4" * 64}, "object": other_name},
+    ]
     assert not (tmp_path / "escape.json").exists() and not (shared.root / "escape.json").exists()
 
 
