@@ -15,6 +15,37 @@ def pytest_addoption(parser):
     parser.addoption("--regen-golden", action="store_true", help="rewrite tests/golden/* from the current output")
 
 
+# Markers a test gets from the fixtures it uses, directly or through other fixtures
+# (local_cuda_cell needs engine), so that `scripts/test --fast`
+# (-m "not build and not engine and not corpus") leaves out whatever compiles or needs the
+# container engine without anyone having to remember a marker. Tests that build without
+# these fixtures carry @pytest.mark.build themselves; kernel_matrix() below fails an
+# unmarked test whose build succeeds, so a missing marker shows up in the full run.
+FIXTURE_MARKERS = {"engine": "engine", "built": "build", "object_cache": "build", "corpus_builds": "corpus"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+_running: list[pytest.Item] = []
+
+
+def _full_loop_only(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) for m in ("build", "engine", "corpus", "corpus_full"))
+
+
+@pytest.fixture(autouse=True)
+def _running_test(request):
+    """The test now running, for kernel_matrix()'s check of its markers."""
+    _running.append(request.node)
+    yield
+    _running.pop()
+
+
 def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """Run the real CLI in a fresh process, as CI and users do."""
     result = subprocess.run(
@@ -22,6 +53,12 @@ def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -
     )
     if check and result.returncode != 0:
         pytest.fail(f"kernel-matrix {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+    # A build that succeeds compiled something (seconds to minutes): such a test belongs to
+    # the full loop only. Failing builds (option and build.toml errors) stay in the fast one.
+    test = _running[-1] if _running else None
+    builds = args[:1] == ("build",) and "--help" not in args and result.returncode == 0
+    if builds and test is not None and not _full_loop_only(test):
+        pytest.fail(f"{test.nodeid} builds a variant: mark it @pytest.mark.build (scripts/test --fast skips those)")
     return result
 
 
@@ -30,17 +67,33 @@ def variant_backend(variant_dir: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory) -> dict[str, Path]:
-    """This host's variants, built once per session by the real CLI: the default
-    one (cuda, given a CUDA torch and nvcc) and the cpu one. {backend: variant dir}."""
-    build_dir = tmp_path_factory.mktemp("variants") / "build"
-    kernel_matrix("build", "--build-dir", str(build_dir), check=True)
+def object_cache(tmp_path_factory) -> Path:
+    """One compiled-object cache (--cache-dir) for the session's builds of the same sources:
+    a build another test already compiled copies its objects instead of compiling again. The
+    cache never changes a result (tests/test_reproducible.py); tests that assert a cold build
+    use --no-cache or their build folder's own cache instead."""
+    return tmp_path_factory.mktemp("object-cache")
 
-    def variants():  # beside them: logs/ and the object cache
+
+# The capability `built` compiles for (the README's quick build): the tests that use it
+# check the layout, metadata, ABI and loading of a variant, which one capability shows as
+# well as the seven of CUDA 13.0's defaults; compiling all of them is the cold-build tests' job.
+BUILT_CAPABILITIES = "9.0"
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory, object_cache) -> dict[str, Path]:
+    """This host's variants, built once per session by the real CLI: the default
+    one (cuda, given a CUDA torch and nvcc; capability 9.0 only) and the cpu one. {backend: variant dir}."""
+    build_dir = tmp_path_factory.mktemp("variants") / "build"
+    options = ("--build-dir", str(build_dir), "--cache-dir", str(object_cache))
+    kernel_matrix("build", *options, "--cuda-capabilities", BUILT_CAPABILITIES, check=True)
+
+    def variants():  # beside them: logs/
         return [d for d in build_dir.iterdir() if (d / "metadata.json").is_file()]
 
     if all(variant_backend(d) != "cpu" for d in variants()):
-        kernel_matrix("build", "--build-dir", str(build_dir), "--backend", "cpu", check=True)
+        kernel_matrix("build", *options, "--backend", "cpu", check=True)
     return {variant_backend(d): d for d in variants()}
 
 

@@ -92,6 +92,7 @@ def test_a_broken_cache_entry_compiles_again(tmp_path):
     assert (tmp_path / "second.o").read_bytes() == (tmp_path / "first.o").read_bytes()
 
 
+@pytest.mark.build  # two builds of the variant, the first cold (it asserts nothing came from a cache)
 def test_changing_one_source_recompiles_only_it_and_renames_the_namespace(kernel_copy, tmp_path):
     """The binding compiled against torch's headers is reused when only the
     kernel file changes, yet the new build gets a new op namespace."""
