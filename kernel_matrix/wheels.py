@@ -96,7 +96,8 @@ def pyproject(spec: WheelSpec, variant: str) -> str:
             },
             "tool": {
                 "setuptools": {
-                    "packages": [spec.package],
+                    # The package and its subpackages (a kernel's layers/, ...).
+                    "packages": {"find": {"include": [spec.package, f"{spec.package}.*"]}},
                     "include-package-data": False,
                     "package-data": {spec.package: ["*.so", METADATA]},
                 }
@@ -110,10 +111,12 @@ def write_project(variant_dir: Path, project: Path, spec: WheelSpec, variant: st
     package_dir = project / spec.package
     package_dir.mkdir(parents=True)
     for entry in variant_dir.iterdir():
-        # The variant's own package (its __init__.py, _ops.py, .so and metadata);
-        # not the compat folder some loaders import, which a wheel does not need.
+        # The variant is the package: its __init__.py, _ops.py, .so, metadata and
+        # subpackages (relu's layers/), so `import relu.layers` works from the wheel too.
         if entry.is_file():
             shutil.copy2(entry, package_dir / entry.name)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, package_dir / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
     (project / "pyproject.toml").write_text(pyproject(spec, variant))
     # Only our own constant reaches setup.py, as a Python literal.
     (project / "setup.py").write_text(_SETUP_PY % {"abi3": ABI3_FLOOR})

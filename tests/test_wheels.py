@@ -168,3 +168,33 @@ def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(
     )
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr
     assert "passed img2gray (installed)" in tested.stderr
+
+
+def test_a_kernels_subpackages_are_in_its_wheel(built, tmp_path):
+    """relu's variants hold a layers/ subpackage: the wheel carries it (it copied files only)."""
+    import shutil
+
+    variant = tmp_path / built["cpu"].name
+    shutil.copytree(built["cpu"], variant)
+    (variant / "layers").mkdir()
+    (variant / "layers" / "__init__.py").write_text("class ReLU: ...\n")
+    minor, _ = _minors()
+    spec = wheel_spec(
+        cell(f"torch{minor.replace('.', '')}-cxx11-cpu-x86_64-linux"),
+        name="img2gray",
+        package="img2gray",
+        kernel_version=1,
+        license="Apache-2.0",
+    )
+    project = tmp_path / "project"
+    write_project(variant, project, spec, variant.name)
+    out = tmp_path / "wheelhouse"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(project)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("*.whl")
+    files = zipfile.ZipFile(wheel).namelist()
+    assert {"img2gray/__init__.py", "img2gray/layers/__init__.py", "img2gray/metadata.json"} <= set(files)
+    assert any(f.endswith(".abi3.so") for f in files)
