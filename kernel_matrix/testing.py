@@ -117,8 +117,8 @@ def run_kernel_tests(
         )
     if code == NO_TESTS_COLLECTED:
         marker = " marked kernels_ci" if marked else ""
-        return f"0 tests of {kernel_dir.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
-    return f"{'the kernels_ci tests' if marked else 'all tests'} of {kernel_dir.name}"
+        return f"0 tests of {config.general.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
+    return f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}"
 
 
 def hub_repo_id(config: BuildConfig) -> str:
