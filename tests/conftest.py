@@ -75,6 +75,11 @@ def object_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("object-cache")
 
 
+# `kernel-matrix test` options that run one test of img2gray's own suite: enough to show a
+# variant loads through the real loader and its op works. The whole suite runs once per
+# built variant, in tests/test_kernel_suite.py; tests that only need a variant to work use this.
+ONE_KERNEL_TEST = ("--pytest-arg=-k", "--pytest-arg=test_gray_pixels_keep_their_value")
+
 # The capability `built` compiles for (the README's quick build): the tests that use it
 # check the layout, metadata, ABI and loading of a variant, which one capability shows as
 # well as the seven of CUDA 13.0's defaults; compiling all of them is the cold-build tests' job.

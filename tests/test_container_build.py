@@ -12,7 +12,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import KERNEL_DIR, container_build_cli, kernel_matrix
+from conftest import KERNEL_DIR, ONE_KERNEL_TEST, container_build_cli, kernel_matrix
 
 from kernel_matrix import container_build
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
@@ -21,9 +21,9 @@ from kernel_matrix.matrix import load_matrix, select
 pytestmark = pytest.mark.build
 
 
-def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp_path):
+def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, object_cache, tmp_path):
     name = local_cuda_cell.name
-    result = container_build_cli(local_cuda_cell, tmp_path)
+    result = container_build_cli(local_cuda_cell, tmp_path, KERNEL_DIR, "--cache-dir", str(object_cache))
     assert result.returncode == 0, result.stdout + result.stderr
     variant = tmp_path / name
     metadata = json.loads((variant / "metadata.json").read_text())
@@ -36,7 +36,7 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, tmp
     import torch
 
     if torch.__version__.startswith(local_cuda_cell.variant.torch + "."):
-        tested = kernel_matrix("test", str(variant), "--pytest-arg=-q")
+        tested = kernel_matrix("test", str(variant), *ONE_KERNEL_TEST)
         assert tested.returncode == 0, tested.stdout[-3000:]
     abi = kernel_matrix("check-abi", str(variant), "--manylinux", "none")
     assert abi.returncode == 0, abi.stderr

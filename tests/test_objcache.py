@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kernel_matrix
+from conftest import ONE_KERNEL_TEST, kernel_matrix
 
 from kernel_matrix.compile import Step, run_steps
 from kernel_matrix.objcache import ObjectCache, parse_depfile
@@ -113,7 +113,7 @@ def test_changing_one_source_recompiles_only_it_and_renames_the_namespace(kernel
     assert "done compile csrc/img2gray_cpu.cpp" in result.stderr
     assert sorted(p.name for p in variant.glob("*.so")) != first_so  # _img2gray_cpu_<new hash>.abi3.so
     # The rebuilt variant loads and its op works under its new namespace.
-    test = kernel_matrix("test", variant.name, "--build-dir", str(build_dir), "--pytest-arg=-x")
+    test = kernel_matrix("test", variant.name, "--build-dir", str(build_dir), *ONE_KERNEL_TEST)
     assert test.returncode == 0, test.stdout + test.stderr
 
 

@@ -12,7 +12,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_DIR, REPO, kernel_matrix
+from conftest import KERNEL_DIR, ONE_KERNEL_TEST, REPO, kernel_matrix
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
@@ -137,10 +137,13 @@ def test_pip_accepts_the_matching_wheel_and_refuses_the_wrong_torch(host_wheels,
 
 
 @pytest.mark.build
-def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(engine, kernel_copy, tmp_path):
+def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(
+    engine, kernel_copy, object_cache, tmp_path
+):
     """The whole path on this host's CUDA cell: container build, cibuildwheel in
     the same builder image, auditwheel leaving torch's libraries out, abi3audit,
-    then pip into a fresh environment and the kernel's suite on the installed package."""
+    then pip into a fresh environment and a test of the kernel's suite on the installed package (the whole
+    suite runs in test_kernel_suite.py)."""
     from kernel_matrix.toolchain import find_nvcc
 
     if find_nvcc() is None:
@@ -150,7 +153,8 @@ def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(
     name = f"torch{''.join(torch.__version__.split('.')[:2])}-cxx11-cu130-x86_64-linux"
     build_dir = tmp_path / "build"
     on = ["--variant", name, "--image", "offline", "--build-dir", str(build_dir)]
-    kernel_matrix("build", *on, "--kernel-dir", str(kernel_copy), check=True)
+    cache = ("--cache-dir", str(object_cache))  # test_container_build.py compiled this cell's objects
+    kernel_matrix("build", *on, "--kernel-dir", str(kernel_copy), *cache, check=True)
     result = kernel_matrix("wheels", *on, "--kernel-dir", str(kernel_copy))
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = (build_dir / "wheels").glob("*.whl")
@@ -164,7 +168,7 @@ def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(
     install = [str(python), "-m", "pip", "install", "--no-index", "--disable-pip-version-check", str(wheel)]
     subprocess.run(install, check=True, capture_output=True)
     tested = kernel_matrix(
-        "test", "--installed", "img2gray", "--python", str(python), "--kernel-dir", str(KERNEL_DIR), "--pytest-arg=-x"
+        "test", "--installed", "img2gray", "--python", str(python), "--kernel-dir", str(KERNEL_DIR), *ONE_KERNEL_TEST
     )
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr
     assert "passed img2gray (installed)" in tested.stderr
