@@ -9,12 +9,19 @@ torch and CUDA ranges), as kernel-builder filters its build sets
 - a backend built against torch's stable ABI gets one cell per CUDA version and
   arch, built with the newest torch of the selection, named torch-stable-abi<XY>-...;
 - a Python-only kernel ([torch-noarch]) gets one cell per backend, torch-<backend>,
-  tested with the newest torch of the selection."""
+  tested with the newest torch of the selection.
+
+Without a matrix file (the default build_matrix.yaml missing) in a kernel's folder
+(a build.toml there, or --kernel-dir), the matrix is the one kernel-matrix ships,
+data/default_matrix.yaml, read as if it lay in that folder: its `kernel: .` is the
+folder. `--file` or a build_matrix.yaml in the folder overrides it."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +111,23 @@ def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
     return cells
 
 
+# The matrix file when --file is not given; without it, a kernel's folder gets the default matrix.
+MATRIX_FILE = Path("build_matrix.yaml")
+
+
+def default_matrix(path: Path) -> Matrix:
+    """kernel-matrix's default matrix (data/default_matrix.yaml), named and placed as
+    `path`: its `kernel: .` is path's folder, and messages name path."""
+    with resources.as_file(resources.files("kernel_matrix.data").joinpath("default_matrix.yaml")) as packaged:
+        matrix = load_matrix(packaged)
+    return dataclasses.replace(matrix, path=path)
+
+
 @dataclass(frozen=True)
 class Selection:
     """The options every matrix-reading command shares."""
 
-    file: Path = Path("build_matrix.yaml")
+    file: Path = MATRIX_FILE
     profile: str = "full"
     only: str | None = None
     variants: tuple[str, ...] = ()
@@ -118,7 +137,7 @@ class Selection:
     def resolve(self, machine: Machine | None = None) -> Resolved:
         """The selected kernels and their cells; refuses an empty selection."""
         self._check_kernel_options()
-        matrix = load_matrix(self.file)
+        matrix = self.matrix()
         # Before anything reads an index or image the matrix names: every command, every job.
         check_sources(matrix, GithubEvent.from_environment())
         named = matrix_kernels(matrix) if self.kernel_dir is None else [Kernel.load(self.kernel_dir)]
@@ -156,9 +175,27 @@ class Selection:
         self._check_kernel_options()
         if self.kernel_dir is not None:
             return [(Kernel.load(self.kernel_dir), None)]
-        matrix = load_matrix(self.file)
+        matrix = self.matrix()
         named = matrix_kernels(matrix)
         return [(k, k.name if len(named) > 1 else None) for k in _pick(named, self.kernels, matrix.path)]
+
+    @property
+    def uses_default(self) -> bool:
+        """No --file and no build_matrix.yaml here: the default matrix is read
+        (lexists: a dangling link is a file whose error load_matrix reports)."""
+        return self.file == MATRIX_FILE and not os.path.lexists(self.file)
+
+    def matrix(self) -> Matrix:
+        """The matrix file, or in a kernel's folder without one the default matrix;
+        with neither, one line that says how to get one."""
+        if not self.uses_default:
+            return load_matrix(self.file)
+        if self.kernel_dir is None and not (self.file.parent / "build.toml").is_file():
+            raise ConfigError(
+                f"{self.file}: cannot read the matrix file (No such file or directory); run kernel-matrix in a "
+                "kernel's folder (its build.toml), give --file, or write one with `kernel-matrix init`"
+            )
+        return default_matrix(self.file)
 
     def _check_kernel_options(self) -> None:
         if self.kernel_dir is not None and self.kernels:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,7 @@ from ..errors import ExitCode, KernelMatrixError
 from .build import build, shell, wheels
 from .checks import check_abi, test, verify
 from .console import error
+from .init import init
 from .matrix import matrix
 from .release import clean, publish
 from .test_variant import SETTINGS, test_variant
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 # In the order `kernel-matrix --help` lists them: a CI run's order.
 COMMANDS: dict[str, Callable[..., None]] = {
+    "init": init,  # once, in a kernel's repository
     "matrix": matrix,
     "build": build,
     "wheels": wheels,
@@ -42,6 +44,32 @@ COMMANDS: dict[str, Callable[..., None]] = {
 }
 for name, function in COMMANDS.items():
     app.command(name)(function)
+
+
+def print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:  # the installed distribution's, which pip and bug reports name
+            text = version("kernel-matrix")
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            from .. import __version__ as text
+        typer.echo(f"kernel-matrix {text}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print kernel-matrix's version and exit.", callback=print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Build, test and publish a PyTorch kernel for every torch x CUDA variant."""
+
+
 app.command("test-variant", context_settings=SETTINGS)(test_variant)
 
 

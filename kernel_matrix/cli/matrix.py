@@ -49,16 +49,17 @@ def matrix(
     import json
 
     from ..github_event import GithubEvent, write_github_output
-    from ..matrix import check_runners, check_sources, gpu_test_cells, load_matrix
+    from ..matrix import check_runners, check_sources, gpu_test_cells
 
+    selection = selection_of(file, profile, only, variant, kernel, kernel_dir)
     if check_upstream:
         from ..upstream import check_upstream as run_check
 
-        matrix = load_matrix(file)
+        matrix = selection.matrix()  # a kernel's folder without a matrix file: the default one
         check_sources(matrix, GithubEvent.from_environment())  # the indexes it asks are the matrix's
         run_check(matrix, console)
         return
-    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+    resolved = selection.resolve()
     for warning in resolved.matrix.warnings:
         console.print(styled((warning, "yellow")), soft_wrap=True)
     cells = list(resolved.cells)
@@ -73,4 +74,5 @@ def matrix(
             gpu_text = json.dumps(resolved.github_matrix(gpu), separators=(",", ":")) if gpu else ""
             write_github_output({"cells": text, "gpu_cells": gpu_text})
         return
-    stdout.print(render.cells_table(f"{file}: {len(cells)} cells (profile {profile})", cells))
+    source = "kernel-matrix's default matrix (no build_matrix.yaml here)" if selection.uses_default else str(file)
+    stdout.print(render.cells_table(f"{source}: {len(cells)} cells (profile {profile})", cells))

@@ -1,0 +1,234 @@
+"""`kernel-matrix init [DIR]`: set up a kernel's repository to build with kernel-matrix.
+
+It writes two files, never over an existing one:
+- build_matrix.yaml: `kernel: .` (a build.toml in DIR) or `kernels:` (the folders
+  below DIR that hold one), the torch minors of the default grid within their
+  [torch] minver/maxver, the default runner labels to edit;
+- .github/workflows/kernel-matrix.yml: a caller of kernel-matrix's reusable
+  workflow, pinned at the commit of this release (data/release.yaml).
+
+Both come from fixed templates (templates/*.in) whose only variable parts are
+YAML scalars and blocks written by yaml.safe_dump; the result is parsed back and
+checked before anything is written."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from packaging.version import Version
+
+from ..buildtoml import BuildConfig, load_build_toml
+from ..errors import ConfigError
+from .console import stdout, styled
+
+MATRIX = Path("build_matrix.yaml")
+WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
+REUSABLE = ".github/workflows/reusable-build.yml"
+# How deep below DIR kernel folders are looked for (kernels-community/<kernel>/build.toml is 1).
+SEARCH_DEPTH = 3
+# Folders that hold no kernel of the repository: build output, environments, dependencies.
+NOT_KERNELS = {"build", "dist", "node_modules", "venv", "__pycache__"}
+REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+# A commit, a tag or a branch: git's ref characters, without '..', '@{' or a leading '-' or '/'.
+REF = re.compile(r"^(?!.*\.\.)(?!.*@\{)(?![-/.])[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """Where the reusable workflow of this release lives (data/release.yaml)."""
+
+    repository: str
+    commit: str
+    version: str
+
+    @staticmethod
+    def packaged() -> Release:
+        from ..data import load
+
+        data = load("release")
+        return Release(str(data["repository"]), str(data["commit"]), str(data["version"]))
+
+
+def init(
+    directory: Annotated[
+        Path, typer.Argument(metavar="[DIR]", help="The kernel's repository (default: this folder).")
+    ] = Path("."),
+    repository: Annotated[
+        str | None,
+        typer.Option(help="The GitHub repository of the reusable workflow, OWNER/NAME (default: this release's)."),
+    ] = None,
+    ref: Annotated[
+        str | None,
+        typer.Option(help="The commit (or tag) of that workflow to pin (default: this release's commit)."),
+    ] = None,
+) -> None:
+    """Write build_matrix.yaml and .github/workflows/kernel-matrix.yml into a kernel's repository.
+
+    The matrix names the kernel in DIR (its build.toml) or the kernel folders below
+    it; the workflow calls kernel-matrix's reusable workflow at a pinned commit.
+    Existing files are never overwritten (exit 2, nothing written)."""
+    release = Release.packaged()
+    repository = _checked(repository, REPOSITORY, "--repository", "OWNER/NAME") or release.repository
+    ref = _checked(ref, REF, "--ref", "a commit or tag") or release.commit
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: not a folder (give the kernel's repository)")
+    targets = [directory / MATRIX, directory / WORKFLOW]
+    for target in targets:
+        if os.path.lexists(target):
+            raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
+    kernels = find_kernels(directory)
+    texts = {
+        targets[0]: matrix_text(kernels),
+        targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None),
+    }
+    for target, text in texts.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(target, "x", encoding="utf-8") as stream:  # "x": never over a file made meanwhile
+                stream.write(text)
+        except OSError as exc:
+            raise ConfigError(f"{target}: cannot be written ({exc.strerror or exc})") from None
+        stdout.print(styled(("wrote", "green"), f" {target}"))
+    _next_steps(directory, repository, ref, [name for name, _ in kernels])
+
+
+def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str) -> str | None:
+    if value is not None and not pattern.match(value):
+        raise ConfigError(f"{option} {value!r}: expected {what}")
+    return value
+
+
+def find_kernels(directory: Path) -> list[tuple[str, BuildConfig]]:
+    """(folder relative to directory, its build.toml) for the kernel in directory, or
+    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml."""
+    if (directory / "build.toml").is_file():
+        return [(".", load_build_toml(directory))]
+    found: list[tuple[str, BuildConfig]] = []
+    for root, folders, files in os.walk(directory):
+        here = Path(root)
+        depth = len(here.relative_to(directory).parts)
+        if depth and "build.toml" in files:
+            found.append((here.relative_to(directory).as_posix(), load_build_toml(here)))
+            folders.clear()  # a kernel's own subfolders hold no other kernel
+            continue
+        # Sorted, so the matrix lists kernels in the same order on every machine.
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in NOT_KERNELS)
+        if depth >= SEARCH_DEPTH:
+            folders.clear()
+    if not found:
+        raise ConfigError(
+            f"{directory}: holds no build.toml, nor does any folder below it: init sets up a kernel's "
+            "repository (kernel-builder's layout)"
+        )
+    return sorted(found)
+
+
+def default_spec() -> dict[str, Any]:
+    """The default matrix (data/default_matrix.yaml) as data."""
+    from ..data import load
+
+    spec: dict[str, Any] = load("default_matrix")
+    return spec
+
+
+def torch_minors(kernels: list[tuple[str, BuildConfig]]) -> dict[str, Any]:
+    """The default grid's torch minors that at least one kernel's [torch] minver/maxver
+    allows (each kernel then takes its own range of them, as kernel-builder does)."""
+    grid: dict[str, Any] = default_spec()["torch"]
+
+    def allowed(minor: str, config: BuildConfig) -> bool:
+        low, high = (config.torch.minver, config.torch.maxver) if config.torch else (None, None)
+        return not (low and Version(minor) < Version(low)) and not (high and Version(minor) > Version(high))
+
+    minors = {minor: cudas for minor, cudas in grid.items() if any(allowed(minor, c) for _, c in kernels)}
+    if not minors:
+        ranges = ", ".join(
+            f"{name}: {c.torch.minver or '-'}..{c.torch.maxver or '-'}" for name, c in kernels if c.torch
+        )
+        raise ConfigError(
+            f"build.toml's [torch] minver/maxver ({ranges}) allow none of the default torch minors "
+            f"({', '.join(grid)}): write build_matrix.yaml's torch: yourself"
+        )
+    return minors
+
+
+def _block(data: dict[str, Any], indent: int = 0, *, flow: bool = False) -> str:
+    """data as block YAML, each line indented; flow: collections of scalars in flow
+    style ([ubuntu-24.04]), which would also make a mapping of scalars one line."""
+    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None if flow else False, width=1000)
+    return "\n".join(" " * indent + line for line in text.rstrip("\n").splitlines())
+
+
+def _scalar(value: str) -> str:
+    """One YAML scalar (plain where it can be, quoted where it must)."""
+    text = yaml.safe_dump(value, width=1000)
+    return text.removesuffix("\n...\n").rstrip("\n")
+
+
+def _fill(name: str, values: dict[str, str]) -> str:
+    """templates/<name> with each $key replaced once; a template always has every key."""
+    text = resources.files("kernel_matrix.templates").joinpath(name).read_text(encoding="utf-8")
+    for key, value in values.items():
+        if text.count(f"${key}\n") != 1:  # a placeholder is a line's end
+            raise AssertionError(f"{name}: ${key} is not in the template once")
+        text = text.replace(f"${key}\n", value + "\n")
+    return text
+
+
+def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
+    names = [name for name, _ in kernels]
+    wanted: dict[str, Any] = {"kernel": "."} if names == ["."] else {"kernels": names}
+    wanted["torch"] = torch_minors(kernels)
+    wanted["archs"] = default_spec()["archs"]
+    text = _fill(
+        "build_matrix.yaml.in",
+        {
+            "kernels": _block({k: v for k, v in wanted.items() if k.startswith("kernel")}),
+            "torch": _block(wanted["torch"], 2),
+            "archs": _block(wanted["archs"], 2, flow=True),
+        },
+    )
+    written = yaml.safe_load(text)
+    assert {k: written[k] for k in wanted} == wanted, "build_matrix.yaml does not read back as written"
+    return text
+
+
+def workflow_text(repository: str, ref: str, version: str | None) -> str:
+    uses = f"{repository}/{REUSABLE}@{ref}"
+    # The release beside its commit, as every pin in kernel-matrix's own workflows.
+    comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
+    text = _fill("caller-workflow.yml.in", {"uses": _scalar(uses) + comment})
+    written = yaml.safe_load(text)
+    assert written["jobs"]["kernel-matrix"]["uses"] == uses, "the workflow does not read back as written"
+    return text
+
+
+def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str]) -> None:
+    docs = f"https://github.com/{repository}/blob/{ref}/docs"
+    where = "" if directory == Path(".") else f" (in {directory})"
+    steps = [
+        f"Edit the runner labels in {directory / MATRIX} (archs: build-runner, gpu-test-runner) to this "
+        "repository's runners; `kernel-matrix matrix` prints the cells.",
+        "Create the environment `hub` (Settings > Environments): required reviewers, deployment branches and "
+        "tags main and v*, and the environment secret HF_TOKEN, a Hub token that may write to "
+        + ("each kernel's" if len(kernels) > 1 else "the kernel's")
+        + " [general.hub] repo-id (not a repository secret: only the publish job reads it).",
+        f"GPU test runners: self-hosted, labelled as gpu-test-runner says, never with a GitHub-hosted label "
+        f"({docs}/runner-host.md).",
+        "Outside contributors: Settings > Actions > General > require approval for all external contributors; "
+        "in an organization, a runner group for this repository whose workflow access is "
+        f"{WORKFLOW.as_posix()} on main and v* tags only ({docs}/workflows.md).",
+        f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
+        "kernel-matrix' && git push",
+    ]
+    stdout.print(styled(("Next steps:", "bold")))
+    for number, step in enumerate(steps, 1):
+        stdout.print(f"  {number}. {step}", soft_wrap=True)

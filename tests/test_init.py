@@ -1,0 +1,243 @@
+"""A kernel's own repository (issue 20): the default matrix in a kernel's folder without
+a build_matrix.yaml, and `kernel-matrix init`, whose files must pass actionlint and
+zizmor as the project's own workflows do. Kernels are copies of ../shared/corpus."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, kernel_matrix
+
+import kernel_matrix as package
+
+CORPUS = REPO.parent / "shared" / "corpus"
+RELU = CORPUS / "kernels-community" / "relu"
+EINOPS = CORPUS / "kernels-community" / "einops"
+DEFAULT = REPO / "kernel_matrix" / "data" / "default_matrix.yaml"
+RELEASE = yaml.safe_load((REPO / "kernel_matrix" / "data" / "release.yaml").read_text())
+BIN = Path(sys.executable).parent
+WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
+
+needs_corpus = pytest.mark.skipif(not RELU.is_dir(), reason="no ../shared/corpus beside the project")
+
+
+@pytest.fixture
+def relu(tmp_path) -> Path:
+    """relu as published: build.toml at the root of its own repository."""
+    target = tmp_path / "relu"
+    shutil.copytree(RELU, target)
+    return target
+
+
+def cells(*args: str, cwd: Path) -> list[str]:
+    result = kernel_matrix("matrix", "--json", *args, cwd=cwd, check=True)
+    return [entry["variant"] for entry in json.loads(result.stdout)["include"]]
+
+
+def test_the_default_matrix_is_the_repositorys_grid():
+    ours, default = (yaml.safe_load(p.read_text()) for p in (REPO / "build_matrix.yaml", DEFAULT))
+    assert default.pop("kernel") == "." and ours.pop("kernel") == "kernel"
+    assert default == ours, "data/default_matrix.yaml and build_matrix.yaml differ beyond their kernel line"
+
+
+def test_the_release_names_this_version_and_a_commit_with_the_reusable_workflow():
+    assert set(RELEASE) == {"repository", "commit", "version"}
+    assert re.fullmatch(r"[\w-]+/[\w.-]+", RELEASE["repository"]) and re.fullmatch(r"[0-9a-f]{40}", RELEASE["commit"])
+    assert RELEASE["version"] == package.__version__
+    assert f'version = "{RELEASE["version"]}"' in (REPO / "pyproject.toml").read_text()
+    reusable = subprocess.run(
+        ["git", "cat-file", "-e", f"{RELEASE['commit']}:.github/workflows/reusable-build.yml"], cwd=REPO, check=False
+    )
+    if reusable.returncode != 0 and (REPO / ".git" / "shallow").exists():
+        pytest.skip("a shallow clone: the pinned commit is not here")
+    assert reusable.returncode == 0, f"{RELEASE['commit']} holds no .github/workflows/reusable-build.yml"
+
+
+# --- the default matrix ---------------------------------------------------------------------------------------------
+
+
+@needs_corpus
+def test_a_kernels_folder_without_a_matrix_gets_the_default(relu, tmp_path):
+    got = cells("--profile", "pr", cwd=relu)
+    explicit = tmp_path / "explicit.yaml"
+    shutil.copy(DEFAULT, explicit)
+    explicit.write_text(explicit.read_text().replace("kernel: .\n", f"kernel: {relu}\n"))
+    assert got == cells("--profile", "pr", "--file", str(explicit), cwd=relu) and got
+    table = kernel_matrix("matrix", cwd=relu, check=True).stdout
+    assert "kernel-matrix's default matrix (no build_matrix.yaml here)" in table
+
+
+@needs_corpus
+def test_a_matrix_file_in_the_folder_or_file_overrides_the_default(relu, tmp_path):
+    narrow = DEFAULT.read_text().replace('  "2.11": all', "").replace('  "2.12": all', "").replace('  "2.13": all', "")
+    (relu / "build_matrix.yaml").write_text(narrow)
+    assert {c.split("-")[0] for c in cells(cwd=relu)} == {"torch214"}
+    (relu / "build_matrix.yaml").unlink()
+    other = tmp_path / "other.yaml"
+    other.write_text(narrow.replace("kernel: .\n", f"kernel: {relu}\n").replace('"2.14"', '"2.13"'))
+    assert {c.split("-")[0] for c in cells("-f", str(other), cwd=relu)} == {"torch213"}
+    # A --file that is not there is an error, never the default.
+    missing = kernel_matrix("matrix", "-f", "nope.yaml", cwd=relu)
+    assert (
+        missing.returncode == 2
+        and missing.stderr == "error: nope.yaml: cannot read the matrix file (No such file or directory)\n"
+    )
+
+
+def test_a_folder_without_matrix_or_build_toml_says_how_to_get_one(tmp_path):
+    result = kernel_matrix("matrix", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+    assert "cannot read the matrix file" in result.stderr and "kernel-matrix init" in result.stderr
+
+
+@needs_corpus
+@pytest.mark.build
+def test_build_test_check_abi_and_clean_from_a_kernels_folder(relu, object_cache):
+    subprocess.run(["git", "init", "-q"], cwd=relu, check=True)  # clean acts inside a git checkout only
+    kernel_matrix("build", "--backend", "cpu", "--cache-dir", str(object_cache), cwd=relu, check=True)
+    (variant,) = [p.name for p in (relu / "build").iterdir() if (p / "metadata.json").is_file()]
+    assert variant.startswith("torch") and variant.endswith("-cpu-x86_64-linux")
+    assert "passed" in kernel_matrix("test", "--backend", "cpu", cwd=relu, check=True).stderr
+    kernel_matrix("check-abi", variant, cwd=relu, check=True)
+    kernel_matrix("clean", cwd=relu, check=True)
+
+
+# --- init -----------------------------------------------------------------------------------------------------------
+
+
+def init(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return kernel_matrix("init", *args, cwd=cwd)
+
+
+@needs_corpus
+def test_init_writes_a_matrix_and_a_pinned_caller(relu):
+    result = init(cwd=relu)
+    assert result.returncode == 0, result.stderr
+    assert "wrote build_matrix.yaml" in result.stdout and "HF_TOKEN" in result.stdout and "hub" in result.stdout
+    matrix = yaml.safe_load((relu / "build_matrix.yaml").read_text())
+    default = yaml.safe_load(DEFAULT.read_text())
+    assert matrix["kernel"] == "." and matrix["torch"] == default["torch"] and matrix["archs"] == default["archs"]
+    assert "EDIT these labels" in (relu / "build_matrix.yaml").read_text()
+    # The written matrix is the default's grid: the same cells as without it.
+    with_file = cells(cwd=relu)
+    (relu / "build_matrix.yaml").rename(relu / "written.yaml")
+    assert with_file == cells(cwd=relu)
+
+    text = (relu / WORKFLOW).read_text()
+    workflow = yaml.safe_load(text)
+    on = workflow[True]  # YAML 1.1 reads the key `on` as true
+    assert on["push"] == {"branches": ["main"], "tags": ["v*"]} and "pull_request" in on
+    ours = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())[True]
+    assert on["workflow_dispatch"]["inputs"] == ours["workflow_dispatch"]["inputs"]
+    assert workflow["permissions"] == {}
+    (job,) = workflow["jobs"].values()
+    assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}"
+    assert f"@{RELEASE['commit']}  # v{RELEASE['version']}\n" in text
+    assert job["permissions"] == {"contents": "write"}
+    assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run"}
+    assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
+
+
+@needs_corpus
+def test_init_limits_torch_to_the_build_toml_range(relu):
+    toml = relu / "build.toml"
+    toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nminver = "2.12"\nmaxver = "2.13"\n'))
+    assert init(cwd=relu).returncode == 0
+    assert list(yaml.safe_load((relu / "build_matrix.yaml").read_text())["torch"]) == ["2.12", "2.13"]
+
+
+@needs_corpus
+def test_init_refuses_a_range_outside_the_grid(relu):
+    toml = relu / "build.toml"
+    toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nminver = "3.0"\n'))
+    result = init(cwd=relu)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "minver" in result.stderr
+    assert not (relu / "build_matrix.yaml").exists() and not (relu / ".github").exists()
+
+
+@needs_corpus
+def test_init_lists_the_kernel_folders_of_a_repository(tmp_path):
+    repo = tmp_path / "kernels"
+    shutil.copytree(RELU, repo / "relu")
+    shutil.copytree(EINOPS, repo / "einops")
+    (repo / "build").mkdir()  # never a kernel folder
+    assert init(str(repo), cwd=tmp_path).returncode == 0
+    assert yaml.safe_load((repo / "build_matrix.yaml").read_text())["kernels"] == ["einops", "relu"]
+    assert {c.split("-")[0] for c in cells(cwd=repo)} >= {"torch"}  # einops' noarch cells
+    assert any(c.endswith("-cpu-x86_64-linux") for c in cells("--kernel", "relu", cwd=repo))
+
+
+@needs_corpus
+def test_init_never_overwrites(relu):
+    (relu / WORKFLOW).parent.mkdir(parents=True)
+    (relu / WORKFLOW).write_text("mine\n")
+    result = init(cwd=relu)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"error: {WORKFLOW}: exists; init never overwrites a file (nothing written)\n"
+    assert not (relu / "build_matrix.yaml").exists() and (relu / WORKFLOW).read_text() == "mine\n"
+
+
+def test_init_refuses_a_folder_without_kernels_and_bad_options(tmp_path):
+    for args, expected in [
+        ((), "holds no build.toml"),
+        (("nope",), "nope: not a folder"),
+        (("--repository", "a b"), "--repository 'a b': expected OWNER/NAME"),
+        (("--ref", "main..x"), "--ref 'main..x': expected a commit or tag"),
+    ]:
+        result = init(*args, cwd=tmp_path)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr, args
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_corpus
+def test_init_takes_another_repository_and_ref(relu):
+    assert init("--repository", "me/fork", "--ref", "v0.2.0", cwd=relu).returncode == 0
+    text = (relu / WORKFLOW).read_text()
+    assert "uses: me/fork/.github/workflows/reusable-build.yml@v0.2.0\n" in text  # no version comment: not ours
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name, path=str(BIN))
+    if path is None:
+        pytest.fail(f"{name} is missing from {BIN}: scripts/setup-dev installs it (the test extra)")
+    return path
+
+
+@needs_corpus
+def test_the_written_workflow_passes_actionlint_and_zizmor(relu):
+    assert init(cwd=relu).returncode == 0
+    workflows = relu / ".github" / "workflows"
+    actionlint = [tool("actionlint"), "-no-color", "-shellcheck", tool("shellcheck")]
+    actionlint += ["-config-file", str(REPO / ".github" / "actionlint.yaml")]
+    result = subprocess.run([*actionlint, str(WORKFLOW)], cwd=relu, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+    # actionlint cannot read a remote reusable workflow, so it checks the `with:` and
+    # `secrets:` of the call only against the called file's inputs when that is local:
+    # the same call, to this checkout's reusable workflow. It finds local workflows from
+    # the repository's root, which it knows by .git: without one it checks nothing.
+    subprocess.run(["git", "init", "-q"], cwd=relu, check=True)
+    shutil.copy(REPO / ".github" / "workflows" / "reusable-build.yml", workflows / "reusable-build.yml")
+    text = (relu / WORKFLOW).read_text()
+    local = re.sub(r"uses: \S+@\S+", "uses: ./.github/workflows/reusable-build.yml", text)
+    assert local != text
+    (workflows / "local.yml").write_text(local)
+    result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+    # A mistake is caught that way: an input the reusable workflow does not have.
+    (workflows / "local.yml").write_text(local.replace("matrix-file:", "matrix-fil:"))
+    result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
+    assert result.returncode == 1 and 'input "matrix-fil" is not defined' in result.stdout
+    # zizmor as the project runs it, and its auditor persona (every finding, false positives too): none.
+    for persona in ("regular", "auditor"):
+        result = subprocess.run(
+            [tool("zizmor"), "--offline", "--no-progress", f"--persona={persona}", str(WORKFLOW)],
+            cwd=relu,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0 and "No findings to report" in result.stdout, result.stdout + result.stderr
