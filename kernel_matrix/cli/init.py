@@ -175,7 +175,7 @@ def _scalar(value: str) -> str:
 
 def _fill(name: str, values: dict[str, str]) -> str:
     """templates/<name> with each $key replaced once; a template always has every key."""
-    text = resources.files("kernel_matrix.templates").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("kernel_matrix").joinpath(f"templates/{name}").read_text(encoding="utf-8")
     for key, value in values.items():
         if text.count(f"${key}\n") != 1:  # a placeholder is a line's end
             raise AssertionError(f"{name}: ${key} is not in the template once")
