@@ -57,6 +57,12 @@ def publish(
             _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
             continue
         built = list(release.metadata)
+        release_tag = tag
+        if tag == branch:
+            # A Hub tag named like the release's branch makes the revision ambiguous (the Hub
+            # refuses it); the branch already names this release, as `kernels` loads it.
+            console.print(f"note: the release's branch {branch} already names it: no tag {tag} is made", soft_wrap=True)
+            release_tag = None
         outcome = hub.publish(
             api,
             target,
@@ -64,7 +70,7 @@ def publish(
             release.files,
             card=kernel_card(config, target, release.metadata),
             message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
-            tag=tag,
+            tag=release_tag,
             log=lambda m: console.print(styled((m, "yellow"))),
         )
         _print_plan(outcome.plan, dry_run=False)
