@@ -2,6 +2,7 @@
 (in a fresh clone, from its root, as a reader would type it) or run verbatim by the
 test named for it below; a command no test covers fails the first test."""
 
+import importlib
 import re
 import shutil
 import subprocess
@@ -30,6 +31,11 @@ RUN_BY = {
     ".venv/bin/kernel-matrix verify build/torch214-cxx11-cu130-x86_64-linux": "test_the_main_command_builds_and_tests",
     ".venv/bin/kernel-matrix build --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     ".venv/bin/kernel-matrix wheels --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
+    # "Use it in your kernel's repository": run from the wheel, in a fresh venv and kernel repository.
+    "pip install kernel-matrix": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
+    "kernel-matrix init": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
+    'git add build_matrix.yaml .github/workflows/kernel-matrix.yml && git commit -m "Build with kernel-matrix" '
+    "&& git push": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
 }
 
 
@@ -52,6 +58,9 @@ def test_every_readme_command_is_run_verbatim_by_a_test():
     for command, runner in RUN_BY.items():
         if runner == ".ci/run":
             assert command in CI_RUN.read_text(), f".ci/run does not run {command!r}"
+        elif "::" in runner:  # a test of another module
+            module, _, name = runner.partition("::")
+            assert callable(getattr(importlib.import_module(module), name, None)), runner
         else:
             assert callable(globals().get(runner)), runner
     assert command_lines(CI_RUN)[-1] == "scripts/test", ".ci/run must end with the README's test command"
