@@ -1,0 +1,317 @@
+"""Issue 20's acceptance: kernel-matrix used from a kernel's own repository, as a kernel
+author would, end to end on this machine.
+
+kernel-matrix is installed from the wheel built from this checkout into a separate
+virtual environment (no project source on the path; torch and the other
+dependencies come from .venv's site-packages). In a fresh git repository holding a
+corpus kernel (relu at its root), and in one holding two kernels, it runs
+`kernel-matrix init`, then the generated caller workflow: its job is resolved to
+this checkout's reusable workflow, and each job's steps run here, as the runner
+would, through the evaluator of tests/test_workflows.py: plan, build (in the
+cell's builder image), test-cpu (the kernel's own tests through test-variant),
+summary and publish (to the local Hub test server, on a tag push). The released
+kernel is then loaded by `kernels.get_kernel` in a fresh process. The same for
+img2gray through kernel-matrix's own build.yml.
+
+What cannot run here is said where it is skipped: test-gpu (no GPU), the
+legacy-wheel steps (cibuildwheel's own test covers them) and release-wheels (gh).
+The matrix is narrowed to one cell for time: torch 2.13's CPU build, whose wheel
+this host has, served by a local mirror of the PyTorch index (a trusted run may
+choose one), in the offline builder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+from hubserver import HubServer
+from test_workflows import download, load, render, runs, upload
+
+pytestmark = [pytest.mark.build, pytest.mark.engine]
+
+CORPUS = REPO.parent / "shared" / "corpus"
+CPU_TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+VARIANT = "torch213-cxx11-cpu-x86_64-linux"
+SKIPPED_USES = ("actions/checkout@", "actions/setup-python@")  # the workspace is the checkout; python is the venv's
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A venv with kernel-matrix from this checkout's wheel; its dependencies (torch included)
+    from .venv's site-packages, added as a path, so .venv's editable kernel-matrix stays out."""
+    work = tmp_path_factory.mktemp("installed")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", work / "dist", REPO],
+        check=True,
+    )
+    (wheel,) = (work / "dist").glob("kernel_matrix-*.whl")
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "zz-dependencies.pth").write_text(
+        next(p for p in map(Path, sys.path) if p.name == "site-packages").as_posix()
+    )
+    subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", wheel], check=True)
+    where = subprocess.run(
+        [venv / "bin" / "python", "-c", "import kernel_matrix; print(kernel_matrix.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=work,
+    ).stdout
+    assert where.startswith(str(site)), where  # the wheel's copy, not this checkout
+    return venv
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory) -> Path:
+    """A PEP 503 mirror of PyTorch's CPU index holding the CPU torch 2.13 this host has."""
+    if not CPU_TORCH.is_file():
+        pytest.skip(f"{CPU_TORCH} is not on this host")
+    root = tmp_path_factory.mktemp("mirror")
+    (root / "cpu" / "torch").mkdir(parents=True)
+    (root / "cpu" / "torch" / CPU_TORCH.name).symlink_to(CPU_TORCH)
+    href = CPU_TORCH.name.replace("+", "%2B")
+    (root / "cpu" / "torch" / "index.html").write_text(f'<a href="{href}">{CPU_TORCH.name}</a>\n')
+    return root
+
+
+def narrow(matrix_file: Path, mirror: Path) -> None:
+    """The generated matrix, cut to one cell for this host, with the mirror (the file stays init's otherwise)."""
+    spec = yaml.safe_load(matrix_file.read_text())
+    spec["torch"] = {"2.13": ["13.0"]}
+    spec["cpu"] = True
+    spec["exclude"] = [{"cuda": "13.0"}]
+    spec["archs"] = {"x86_64": spec["archs"]["x86_64"]}
+    spec["image"] = "offline"
+    spec["upstream"] = {"pytorch": mirror.as_uri()}
+    matrix_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def git_repository(path: Path) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "kernel"]):
+        subprocess.run(["git", *argv], cwd=path, check=True, env=env)
+
+
+class Runner:
+    """Runs the jobs of the reusable workflow a caller names, for a tag push, on this machine."""
+
+    def __init__(self, caller: Path, repository: Path, venv: Path, hub: HubServer, tmp: Path):
+        workflow = load(caller)
+        (self.job,) = workflow["jobs"].values()
+        uses = self.job["uses"]
+        path, _, ref = uses.partition("@")
+        # A kernel's caller names kernel-matrix's repository at a commit; ours, the local file.
+        assert path.endswith("/.github/workflows/reusable-build.yml"), uses
+        assert uses.startswith("./") or len(ref) == 40, uses
+        self.workflow = load(REPO / ".github" / "workflows" / "reusable-build.yml")
+        self.jobs = self.workflow["jobs"]
+        self.repository, self.venv, self.hub, self.tmp = repository, venv, hub, tmp
+        github = {
+            "repository": "owner/kernel",
+            "run_id": 1,
+            "workflow": workflow["name"],
+            "token": "ghs_job_token",
+            "event_name": "push",
+            "ref": "refs/tags/v1",
+            "ref_type": "tag",
+            "ref_name": "v1",
+            "event": {"repository": {"default_branch": "main"}},
+        }
+        caller_context = {"github": github, "inputs": {}, "secrets": {"HF_TOKEN": "hf_test_token"}}
+        called = {name: spec.get("default") for name, spec in self.workflow["on"]["workflow_call"]["inputs"].items()}
+        called |= {name: render(value, caller_context) for name, value in self.job.get("with", {}).items()}
+        secrets = {name: render(value, caller_context) for name, value in self.job.get("secrets", {}).items()}
+        self.context = {"github": github, "inputs": called, "secrets": secrets, "status": "success"}
+        self.context["env"] = {name: render(value, self.context) for name, value in self.workflow["env"].items()}
+        self.artifacts: dict[str, dict[str, bytes]] = {}
+        self.ran: list[str] = []
+
+    def workspace(self, name: str) -> Path:
+        """A fresh checkout of the caller's repository for one job."""
+        target = self.tmp / "jobs" / name
+        subprocess.run(["git", "clone", "-q", self.repository, target], check=True)
+        return target
+
+    def environment(self, step_env: dict, workspace: Path, job: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "KERNEL_MATRIX_", "PIP_NO_"))}
+        env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+        runner = self.tmp / "runner" / job
+        runner.mkdir(parents=True, exist_ok=True)
+        env |= {
+            "PATH": f"{self.venv / 'bin'}{os.pathsep}{env['PATH']}",
+            "GITHUB_EVENT_NAME": "push",
+            "GITHUB_REPOSITORY": "owner/kernel",
+            "GITHUB_OUTPUT": str(runner / "output"),
+            "GITHUB_STEP_SUMMARY": str(runner / "summary"),
+            "GITHUB_PATH": str(runner / "path"),
+            "RUNNER_TEMP": str(runner),
+            # The Hub is the local test server; the cell environment is the installed venv.
+            "HF_ENDPOINT": self.hub.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_CACHE": str(self.tmp / "hf-cache"),
+            "TEST_VARIANT_VENV": str(self.venv),
+        }
+        for name, value in {**self.context["env"], **step_env}.items():
+            env[name] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        # `kernel-matrix==<this release>` is on no index here: pip finds it installed in the venv.
+        return env
+
+    def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
+        context = self.context | {"matrix": matrix or {}}
+        workspace = self.workspace(name + (f"-{matrix['variant']}" if matrix else ""))
+        outputs: dict[str, str] = {}
+        wheels_skipped = False
+        for s in self.jobs[name]["steps"]:
+            if not runs(s, context):
+                continue
+            uses = s.get("uses", "")
+            if uses.startswith(SKIPPED_USES) or uses.startswith("actions/cache@"):
+                continue  # the cache: benchmarks/workflow_cache.py measures its restore and save
+            if uses.startswith("actions/upload-artifact@"):
+                if wheels_skipped and s["with"]["name"].startswith("wheel-"):
+                    continue
+                artifact, entries = upload(s, context, workspace)
+                if entries or s["with"].get("if-no-files-found") != "ignore":
+                    self.artifacts[artifact] = entries
+                continue
+            if uses.startswith("actions/download-artifact@"):
+                download(s, context, self.artifacts, workspace)
+                continue
+            command = s["run"]
+            if command.startswith("kernel-matrix wheels"):
+                wheels_skipped = True  # cibuildwheel's repair is tested in test_wheels.py; its wheel's upload too
+                continue
+            step_env = {k: render(v, context) for k, v in s.get("env", {}).items()}
+            env = self.environment(step_env, workspace, name)
+            result = subprocess.run(
+                ["bash", "-e", "-c", command], cwd=workspace, env=env, capture_output=True, text=True
+            )
+            assert result.returncode == 0, (
+                f"{name}: {command}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+            )
+            self.ran.append(f"{name}: {command.split()[0]} {command.split()[1] if ' ' in command else ''}".strip())
+            output = Path(env["GITHUB_OUTPUT"])
+            if output.exists():
+                for line in output.read_text().splitlines():
+                    key, _, value = line.partition("=")
+                    outputs[key] = value
+                output.unlink()
+        return outputs
+
+    def run(self) -> None:
+        """plan, then each job of the graph for a tag push, in order."""
+        plan = self.run_job("plan")
+        self.context["needs"] = {"plan": {"outputs": plan}}
+        cells = json.loads(plan["cells"])["include"]
+        assert cells, plan
+        for cell in cells:
+            self.run_job("build", cell)
+        for cell in cells:
+            if runs(self.jobs["test-cpu"], self.context | {"matrix": cell}):
+                self.run_job("test-cpu", cell)
+        # test-gpu: no GPU here (its condition and runner are tested in test_workflows.py).
+        self.run_job("summary")
+        assert runs(self.jobs["publish"], self.context)
+        self.run_job("publish")
+        # release-wheels: gh and GitHub's releases API; tested with a stand-in in test_workflows.py.
+
+
+def load_released(hub: HubServer, repo_id: str, cwd: Path, check: str, python: Path) -> str:
+    """kernels.get_kernel in a fresh process of python (the venv the tests ran with: torch 2.13, CPU)."""
+    script = textwrap.dedent(f"""
+        import torch, kernels
+        kernel = kernels.get_kernel({repo_id!r}, version=1)
+        {check}
+        print(kernel.__file__)
+    """)
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_CACHE": str(cwd / "user-cache")}
+    env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    env.pop("HF_TOKEN", None)
+    result = subprocess.run([python, "-c", script], capture_output=True, text=True, env=env, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+RELU_CHECK = "x = torch.randn(64, 64); torch.testing.assert_close(kernel.relu(x), torch.relu(x))"
+
+
+def adopt(
+    folders: dict[str, Path], tmp_path: Path, installed: Path, mirror: Path
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """A fresh repository holding the kernels, and `kernel-matrix init` run in it."""
+    repository = tmp_path / "repository"
+    for name, source in folders.items():
+        shutil.copytree(source, repository / name, ignore=shutil.ignore_patterns("__pycache__"))
+    init = subprocess.run(
+        [installed / "bin" / "kernel-matrix", "init"], cwd=repository, capture_output=True, text=True, check=False
+    )
+    assert init.returncode == 0, init.stdout + init.stderr
+    narrow(repository / "build_matrix.yaml", mirror)
+    git_repository(repository)
+    return repository, init
+
+
+def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, tmp_path):
+    repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror)
+    (caller,) = (repository / ".github" / "workflows").glob("*.yml")
+    assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
+    with HubServer(trusted_orgs=["kernels-community"]) as hub:
+        runner = Runner(caller, repository, installed, hub, tmp_path)
+        runner.run()
+        assert [c.title for c in hub.commits("kernels-community/relu") if c.title.startswith("Release ")]
+        files = hub.files("kernels-community/relu", "v1")
+        assert f"build/{VARIANT}/metadata.json" in files
+        loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, installed / "bin" / "python")
+    assert f"/build/{VARIANT}/" in loaded
+    assert [r.split(":")[0] for r in runner.ran].count("test-cpu") >= 1
+
+
+def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror, engine, tmp_path):
+    kernels = {"relu": CORPUS / "kernels-community" / "relu", "einops": CORPUS / "kernels-community" / "einops"}
+    repository, _ = adopt(kernels, tmp_path, installed, mirror)
+    assert sorted(yaml.safe_load((repository / "build_matrix.yaml").read_text())["kernels"]) == ["einops", "relu"]
+    (caller,) = (repository / ".github" / "workflows").glob("*.yml")
+    with HubServer(trusted_orgs=["kernels-community"]) as hub:
+        Runner(caller, repository, installed, hub, tmp_path).run()
+        python = installed / "bin" / "python"
+        loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, python)
+        assert f"/build/{VARIANT}/" in loaded
+        einops = load_released(hub, "kernels-community/einops", tmp_path, "assert hasattr(kernel, 'rearrange')", python)
+        assert "/build/torch-cpu/" in einops
+
+
+def test_kernel_matrix_builds_its_own_example_kernel_through_build_yml(installed, mirror, engine, tmp_path):
+    """build.yml, our own caller: `kernel-matrix: .` installs this checkout in every job."""
+    repository = tmp_path / "repository"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (repository / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repository / name)
+    narrow(repository / "build_matrix.yaml", mirror)
+    git_repository(repository)
+    with HubServer(trusted_orgs=["kernel-matrix"]) as hub:
+        runner = Runner(repository / ".github" / "workflows" / "build.yml", repository, installed, hub, tmp_path)
+        assert runner.context["inputs"]["kernel-matrix"] == "."
+        runner.run()
+        check = (
+            textwrap.dedent("""
+            rgb = torch.randint(0, 256, (5, 7, 3), dtype=torch.uint8)
+            assert kernel.img2gray(rgb).shape == (5, 7)
+        """)
+            .strip()
+            .replace("\n", "; ")
+        )
+        loaded = load_released(hub, "kernel-matrix/img2gray", tmp_path, check, installed / "bin" / "python")
+    assert f"/build/{VARIANT}/" in loaded
