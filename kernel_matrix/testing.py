@@ -96,6 +96,10 @@ def run_kernel_tests(
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
         copy = Path(scratch) / "tests"
         shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
+        # kernel-builder's layout beside it, <kernel>/build/<variant>: suites whose conftest looks
+        # for the built variant there (maxsim's) find this one. A link inside the scratch folder only.
+        (Path(scratch) / "build").mkdir()
+        (Path(scratch) / "build" / variant_dir.name).symlink_to(variant_dir.resolve(), target_is_directory=True)
         # `import <name>` for tests that import the package by name: an alias beside the
         # copy, on PYTHONPATH (so subprocesses the tests start have it too); the variant
         # folder gets nothing added, so its digest still holds for the loader.

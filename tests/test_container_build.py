@@ -117,6 +117,30 @@ def test_the_abi_gate_fails_a_library_that_needs_a_newer_glibc(tmp_path):
         container_build.abi_gate(variant, "variant")
 
 
+def test_the_compat_header_keeps_libdl_calls_at_glibc_2_28(tmp_path):
+    """NVTX (in cub's Device* algorithms: megablocks) calls dlopen, dlclose and dlerror; built on
+    glibc >= 2.34 they bound to GLIBC_2.34 and failed manylinux_2_28 (found on the H200)."""
+    from kernel_matrix.native_build import COMPAT_SYMBOLS
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+    if tuple(int(x) for x in glibc.split(".")[:2]) < (2, 34):
+        pytest.skip(f"glibc {glibc}: libdl's symbols have no GLIBC_2.34 version here")
+    (tmp_path / "dl.c").write_text(
+        "#include <dlfcn.h>\n"
+        "void *use(const char *p) { void *h = dlopen(p, 0); if (!h) return dlerror(); dlclose(h);"
+        " return dlsym(h, p); }\n"
+    )
+    variant = tmp_path / "variant"
+    variant.mkdir()
+    compile_ = ["gcc", "-shared", "-fPIC", "-include", str(COMPAT_SYMBOLS), str(tmp_path / "dl.c")]
+    subprocess.run([*compile_, "-o", str(variant / "_x.abi3.so")], check=True)
+    container_build.abi_gate(variant, "variant")  # passes: every libdl call at its 2.2.5/2.17 version
+    symbols = subprocess.run(["objdump", "-T", str(variant / "_x.abi3.so")], capture_output=True, text=True).stdout
+    assert "GLIBC_2.34" not in symbols and "dlopen" in symbols
+
+
 def test_no_engine_is_one_line_with_its_exit_code(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
     result = kernel_matrix(

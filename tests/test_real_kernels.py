@@ -235,3 +235,26 @@ def test_a_suite_that_collects_no_tests_passes_saying_0_tests(matrix, tmp_path, 
         f"passed {variant.name}: 0 tests of symbol-conflicts{marker} collected "
         "(pytest exit 5: a pass, as in upstream's CI)"
     )
+
+
+BUILD_LAYOUT = """
+import os
+from pathlib import Path
+
+# maxsim's conftest finds the built variant at <kernel>/build/<variant> (kernel-builder's layout).
+def test_the_variant_is_in_kernel_builders_build_folder():
+    here = Path(__file__).resolve().parent
+    (found,) = (here.parent / "build").iterdir()
+    assert found.name == os.environ["EXPECTED_VARIANT"]
+    assert (found / "metadata.json").is_file()
+"""
+
+
+@pytest.mark.build
+def test_a_suite_finds_the_variant_where_kernel_builder_puts_it(matrix, tmp_path):
+    variant = variant_of(matrix, "symbol-conflicts")
+    kernel = kernel_with_tests(matrix, tmp_path, {"test_layout.py": BUILD_LAYOUT})
+    env = {**os.environ, "EXPECTED_VARIANT": variant.name}
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel), env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout
