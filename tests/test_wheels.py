@@ -90,16 +90,22 @@ def host_wheels(built, tmp_path_factory):
             kernel_version=1,
             license="Apache-2.0",
         )
-        project = tmp_path_factory.mktemp(label) / "project"
-        write_project(variant, project, spec, variant.name)
-        out = project.parent / "wheelhouse"
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(project)],
-            check=True,
-            capture_output=True,
-        )
-        (wheels[label],) = out.glob("*.whl")
+        wheels[label] = project_wheel(variant, spec, tmp_path_factory.mktemp(label))
     return wheels
+
+
+def project_wheel(variant: Path, spec, work: Path) -> Path:
+    """The wheel of variant that the project's own setuptools project makes (pip wheel, no repair)."""
+    project = work / "project"
+    write_project(variant, project, spec, variant.name)
+    out = work / "wheelhouse"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(project)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("*.whl")
+    return wheel
 
 
 def test_the_wheel_is_abi3_for_cpython_39_and_requires_its_torch_minor(host_wheels):
@@ -190,15 +196,6 @@ def test_a_kernels_subpackages_are_in_its_wheel(built, tmp_path):
         kernel_version=1,
         license="Apache-2.0",
     )
-    project = tmp_path / "project"
-    write_project(variant, project, spec, variant.name)
-    out = tmp_path / "wheelhouse"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(project)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = out.glob("*.whl")
-    files = zipfile.ZipFile(wheel).namelist()
+    files = zipfile.ZipFile(project_wheel(variant, spec, tmp_path)).namelist()
     assert {"img2gray/__init__.py", "img2gray/layers/__init__.py", "img2gray/metadata.json"} <= set(files)
     assert any(f.endswith(".abi3.so") for f in files)
