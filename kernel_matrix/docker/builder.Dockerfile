@@ -37,25 +37,31 @@ ARG BUILD_TOOLS="typer>=0.12 rich>=13 pydantic>=2.6 pyyaml>=6 packaging>=23 setu
 ARG TORCH_SPEC=torch==2.14.*
 # Empty: PyPI. Otherwise a PEP 503 index (download.pytorch.org/whl/cu130, a mirror).
 ARG TORCH_INDEX_URL=""
-# Wheels only: no package's setup code runs while the image is made.
+# Wheels only: no package's setup code runs while the image is made. This build has
+# the host network (registries), so no interpreter starts with an installed wheel's
+# site-packages after torch is in: the manylinux links are made first, torch last,
+# and the CUDA check below runs with -S (no .pth file of any wheel is read).
 # hadolint ignore=DL3013,SC2086
 RUN "${PYTHON}" -m venv /opt/km \
- && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: ${BUILD_TOOLS} \
- && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: --no-deps \
-      ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "${TORCH_SPEC}" \
  && ln -s /usr/local/cuda /opt/cuda \
  && tag="$(/opt/km/bin/python -c 'import sys; print("cp%d%d-cp%d%d" % (sys.version_info[:2] * 2))')" \
  && rm -rf "/opt/python/${tag}" /opt/python/cp39-cp39 \
  && mkdir -p /opt/python/cp39-cp39/bin \
  && ln -s /opt/km "/opt/python/${tag}" \
- && ln -s /opt/km/bin/python /opt/python/cp39-cp39/bin/python
+ && ln -s /opt/km/bin/python /opt/python/cp39-cp39/bin/python \
+ && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: ${BUILD_TOOLS} \
+ && /opt/km/bin/pip install --no-cache-dir --disable-pip-version-check --only-binary=:all: --no-deps \
+      ${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"} "${TORCH_SPEC}"
 
 # A CUDA cell's torch must be built for the image's CUDA major (CUDA empty: a
 # CPU cell). CHECK_TORCH_CUDA is kernel_matrix/torch_cuda.py's text, the one
 # torch-CUDA check (images.py passes it; kernel-matrix is not in the image).
 ARG CUDA=""
 ARG CHECK_TORCH_CUDA=""
-RUN if [ -n "${CUDA}" ]; then /opt/km/bin/python -c "${CHECK_TORCH_CUDA}" "${CUDA}"; fi
+# -S: site-packages only as a path (PYTHONPATH), so no installed .pth runs here.
+RUN if [ -n "${CUDA}" ]; then \
+      PYTHONPATH="$(echo /opt/km/lib/python3*/site-packages)" /opt/km/bin/python -S -c "${CHECK_TORCH_CUDA}" "${CUDA}"; \
+    fi
 
 LABEL kernel-matrix.image="builder"
 # No USER here: kernel-matrix runs builds with --user (the invoking user's uid),
