@@ -150,7 +150,9 @@ class ObjectCache:
         """Keep this scope under max_bytes: objects no entry names are deleted, then the
         least recently written command lines' entries and their objects, oldest first.
         Returns the bytes freed."""
-        manifests = sorted((self.root / "manifests").glob("*/*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        # Another build sharing the cache may replace or prune a file meanwhile: a vanished
+        # one counts as oldest, and nothing here fails a build.
+        manifests = sorted((self.root / "manifests").glob("*/*.json"), key=_mtime, reverse=True)
         kept: set[str] = set()
         size = 0
         freed = 0
@@ -219,6 +221,13 @@ class ObjectCache:
         # Readable by the unprivileged user builds run as (mkstemp makes 0600 files).
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _size(path: Path) -> int:

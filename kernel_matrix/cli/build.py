@@ -3,6 +3,7 @@ their cells' builder images, and wheels of them."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -109,7 +110,8 @@ def build(
         cache = None if no_cache else ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted)
         build_native(chosen, where, python, backend, jobs, capabilities, cache)
         if cache is not None:
-            cache.prune(MAX_SCOPE_BYTES)
+            with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
+                cache.prune(MAX_SCOPE_BYTES)
 
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
