@@ -163,7 +163,6 @@ def shell_command(
     code, as the caller (so files stay theirs; `shell` strips set-id bits afterwards)."""
     user = (os.getuid(), os.getgid()) if writable else build_user()
     limits = Limits(memory=memory_per_build(1))
-    (scratch, scratch_options), memory = next(iter(limits.create_args()["tmpfs"].items())), limits.memory
     env = {
         "PYTHONPATH": "/opt/kernel-matrix",
         "HOME": "/tmp",
@@ -185,9 +184,9 @@ def shell_command(
         "--security-opt",
         "no-new-privileges",
         "--read-only",
-        *("--tmpfs", f"{scratch}:{scratch_options}"),
+        *("--tmpfs", f"{limits.scratch}:{limits.tmpfs_options}"),
         *("--pids-limit", str(limits.pids)),
-        *(("--memory", str(memory), "--memory-swap", str(memory)) if memory else ()),
+        *(("--memory", str(limits.memory), "--memory-swap", str(limits.memory)) if limits.memory else ()),
         "--mount",
         f"type=bind,source={kernel_dir.resolve()},target=/src" + ("" if writable else ",readonly"),
         "--mount",

@@ -47,11 +47,15 @@ class Limits:
     pids: int = PIDS_LIMIT
     scratch: str = "/tmp"
 
+    @property
+    def tmpfs_options(self) -> str:
+        """The scratch tmpfs's mount options (its size counts against the memory limit)."""
+        return "rw,exec,nosuid,nodev,mode=1777" + (f",size={self.memory}" if self.memory else "")
+
     def create_args(self) -> dict[str, Any]:
-        tmpfs_options = "rw,exec,nosuid,nodev,mode=1777" + (f",size={self.memory}" if self.memory else "")
         return {
             "read_only": True,
-            "tmpfs": {self.scratch: tmpfs_options},
+            "tmpfs": {self.scratch: self.tmpfs_options},
             "pids_limit": self.pids,
             **({"mem_limit": self.memory, "memswap_limit": self.memory} if self.memory else {}),
         }
