@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from kernel_matrix.matrix import github_matrix, load_matrix, select
+from kernel_matrix.planning.matrix import github_matrix, load_matrix, select
 
 
 def median_s(fn, repeats: int) -> float:

@@ -1,3 +1,27 @@
-"""kernel-matrix: build, test and publish a PyTorch kernel for every torch x CUDA variant."""
+"""kernel-matrix: build, test and publish a PyTorch kernel for every torch x CUDA variant.
+
+The package reads top-down, each group using only the groups above it:
+
+- ``config``: the configuration files (build_matrix.yaml, build.toml) and their schemas,
+  read within limits, every value with its ``file:line:col``.
+- ``planning``: what to build: the matrix's cells, variant names, CUDA capabilities,
+  the toolchain a native build would use, how much to run at once.
+- ``building``: building one variant natively (compiler commands, the object cache,
+  pinned C++ dependencies) and laying it out as the variant directory users load.
+- ``checking``: checks of a built variant: ABI rules and the kernel's own tests.
+- ``containers``: the same build in builder containers, one per cell, through the
+  container engine.
+- ``releasing``: what leaves the machine: release contents, wheels, the kernel card,
+  publishing to the Hub and verifying a release, and cleaning the project.
+- ``cli``: the ``kernel-matrix`` command, which only parses options and calls the above.
+
+``errors`` (exit codes) and ``layout`` (where things go under --build-dir) serve all of them.
+"""
+
+from pathlib import Path
 
 __version__ = "0.1.0"
+
+# The installed package's folder: its data files, templates, headers and Dockerfile,
+# and what builder containers mount to run the same code.
+PACKAGE_DIR = Path(__file__).resolve().parent

@@ -1,3 +1,3 @@
-from .cli import main
+from kernel_matrix.cli import main
 
 main()

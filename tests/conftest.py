@@ -122,7 +122,7 @@ def container_build_cli(cell, build_dir, kernel_dir=KERNEL_DIR, *extra: str) -> 
 def engine():
     """A client of the container engine at DOCKER_HOST; the tests that need one
     skip without it, except where KERNEL_MATRIX_REQUIRE_ENGINE is set (.ci/run)."""
-    from kernel_matrix.engine import connect
+    from kernel_matrix.containers.engine import connect
     from kernel_matrix.errors import EngineError
 
     try:
@@ -144,8 +144,8 @@ def kernel_copy(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def local_cuda_cell(engine):
     """The newest torch's cell this host's CUDA toolchain builds (cu130 here)."""
-    from kernel_matrix.matrix import Machine, load_matrix, select
-    from kernel_matrix.toolchain import find_nvcc
+    from kernel_matrix.planning.matrix import Machine, load_matrix, select
+    from kernel_matrix.planning.toolchain import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
@@ -160,7 +160,7 @@ def local_cuda_cell(engine):
 
 def cli_matrix(profile: str = "full", only: str | None = None, file: Path | None = None, machine=None) -> dict:
     """What `kernel-matrix matrix --json` prints for the repository's matrix: each kernel's cells."""
-    from kernel_matrix.selection import Selection
+    from kernel_matrix.planning.selection import Selection
 
     resolved = Selection(file or REPO / "build_matrix.yaml", profile=profile, only=only).resolve(machine=machine)
     return resolved.github_matrix(resolved.cells)

@@ -4,7 +4,7 @@ file:line:col, exit code 2, no traceback, nothing built."""
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
 
-from kernel_matrix.buildtoml import load_build_toml
+from kernel_matrix.config.buildtoml import load_build_toml
 from kernel_matrix.errors import ConfigError
 
 
@@ -196,8 +196,8 @@ def test_bad_cuda_capabilities_options_are_one_line(value, tmp_path):
 
 
 def test_a_torch_outside_the_kernels_range_is_refused_and_its_cells_dropped(kernel_copy, tmp_path):
-    from kernel_matrix.matrix import load_matrix
-    from kernel_matrix.selection import Kernel, kernel_cells
+    from kernel_matrix.planning.matrix import load_matrix
+    from kernel_matrix.planning.selection import Kernel, kernel_cells
 
     _edit(kernel_copy, "[torch]\n", '[torch]\nminver = "2.13"\nmaxver = "2.13"\n')
     cells = kernel_cells(Kernel.load(kernel_copy), load_matrix(KERNEL_DIR.parent / "build_matrix.yaml").cells)

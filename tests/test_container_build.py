@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import KERNEL_DIR, ONE_KERNEL_TEST, container_build_cli, kernel_matrix
 
-from kernel_matrix import container_build
+from kernel_matrix.containers import container_build
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
-from kernel_matrix.matrix import load_matrix, select
+from kernel_matrix.planning.matrix import load_matrix, select
 
 pytestmark = pytest.mark.build
 
@@ -120,7 +120,7 @@ def test_the_abi_gate_fails_a_library_that_needs_a_newer_glibc(tmp_path):
 def test_the_compat_header_keeps_libdl_calls_at_glibc_2_28(tmp_path):
     """NVTX (in cub's Device* algorithms: megablocks) calls dlopen, dlclose and dlerror; built on
     glibc >= 2.34 they bound to GLIBC_2.34 and failed manylinux_2_28 (found on the H200)."""
-    from kernel_matrix.native_build import COMPAT_SYMBOLS
+    from kernel_matrix.building.native_build import COMPAT_SYMBOLS
 
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
@@ -190,7 +190,7 @@ def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell
 def test_shell_enters_the_builder_hardened_like_a_build(local_cuda_cell, kernel_copy):
     """Issue 23 item 3: the kernel is read-only and the shell runs as the build's user,
     with a read-only root, a writable /tmp and the build's caps."""
-    from kernel_matrix.engine import PIDS_LIMIT, build_user
+    from kernel_matrix.containers.engine import PIDS_LIMIT, build_user
 
     script = (
         "id -u; touch /src/from-the-shell 2>/dev/null && echo src=written || echo src=refused; "

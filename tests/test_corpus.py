@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, kernel_matrix, variant_backend
 
-from kernel_matrix.buildtoml import load_build_toml
+from kernel_matrix.config.buildtoml import load_build_toml
 
 CORPUS = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
 KERNELS = ["activation", "einops", "layer-norm", "quantization-gptq", "relu", "rotary"]
@@ -65,7 +65,7 @@ def corpus_builds(tmp_path_factory):
 
 
 def build(kernel: str, backend: str, build_dir: Path) -> Path:
-    from kernel_matrix.toolchain import find_nvcc
+    from kernel_matrix.planning.toolchain import find_nvcc
 
     if backend == "cuda" and find_nvcc() is None:
         pytest.skip("no nvcc here")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, kernel_matrix
 
-from kernel_matrix import dependencies
-from kernel_matrix.buildtoml import Dependency
+from kernel_matrix.building import dependencies
+from kernel_matrix.config.buildtoml import Dependency
 from kernel_matrix.errors import ExitCode, ToolchainError
 
 # kernels-community's kernels (test data, never copied here), as tests/test_corpus.py finds them.

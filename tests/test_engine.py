@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from kernel_matrix.engine import Mount, connect, container
+from kernel_matrix.containers.engine import Mount, connect, container
 from kernel_matrix.errors import EngineError
 
 IMAGE = "kernel-matrix-test/busybox:1"
@@ -91,7 +91,7 @@ def test_no_engine_is_one_clear_error(monkeypatch):
 def test_dockerfile_builders_are_tagged_by_content_reused_and_fail_in_one_line(engine, busybox, tmp_path):
     """The official-image path (docker/builder.Dockerfile) through the same code,
     on a stand-in Dockerfile over the local busybox image (no registry here)."""
-    from kernel_matrix import images
+    from kernel_matrix.containers import images
 
     dockerfile = tmp_path / "builder.Dockerfile"
     dockerfile.write_text(

@@ -8,7 +8,7 @@ from conftest import REPO, cli_matrix, kernel_matrix
 from kernels.variants import parse_variant
 
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.matrix import GITHUB_MATRIX_LIMIT, Machine, github_matrix, load_matrix, select
+from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT, Machine, github_matrix, load_matrix, select
 
 DEFAULT = REPO / "build_matrix.yaml"
 GOLDEN = Path(__file__).parent / "golden"

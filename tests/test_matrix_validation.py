@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.matrix import load_matrix
+from kernel_matrix.planning.matrix import load_matrix
 
 RUNNERS = "archs:\n  x86_64: {build-runner: [ubuntu-24.04], gpu-test-runner: [gpu]}\n"
 GOOD = 'torch:\n  "2.14": all\n' + RUNNERS

@@ -69,7 +69,7 @@ def test_a_tampered_file_fails_the_digest(variant, tmp_path):
 
 
 def test_abi3_compliant_for_python_3_9(variant):
-    from kernel_matrix.abi import check_library, variant_libraries
+    from kernel_matrix.checking.abi import check_library, variant_libraries
 
     for library in variant_libraries(variant):
         report = check_library(library)
@@ -227,7 +227,7 @@ def _worker(request: dict, tmp_path, name: str) -> subprocess.CompletedProcess:
 def test_a_build_request_makes_exactly_that_cell_or_nothing(tmp_path):
     """A build container's request: the cell's backend and capabilities are used, and a builder that
     would make another variant (a wrong image) is refused before anything is written."""
-    from kernel_matrix.native_build import plan_build
+    from kernel_matrix.building.native_build import plan_build
 
     host = plan_build(KERNEL_DIR, backend="cpu").variant.name
     request = {"kernel_dir": str(KERNEL_DIR), "variant": host, "backend": "cpu", "capabilities": []}
@@ -252,9 +252,9 @@ def test_planning_is_pure_every_cell_of_the_full_matrix_without_a_process(monkey
     the full matrix is planned from a toolchain value describing that cell's builder."""
     from pathlib import Path
 
-    from kernel_matrix import native_build
-    from kernel_matrix.selection import Selection
-    from kernel_matrix.toolchain import Nvcc, Toolchain, TorchInstall
+    from kernel_matrix.building import native_build
+    from kernel_matrix.planning.selection import Selection
+    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
 
     resolved = Selection(file=REPO / "build_matrix.yaml", profile="full").resolve()
     (kernel,) = resolved.kernels

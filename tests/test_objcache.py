@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ONE_KERNEL_TEST, kernel_matrix
 
-from kernel_matrix.compile import Step, run_steps
-from kernel_matrix.objcache import ObjectCache, parse_depfile
+from kernel_matrix.building.compile import Step, run_steps
+from kernel_matrix.building.objcache import ObjectCache, parse_depfile
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++")
@@ -163,7 +163,7 @@ def test_a_forged_entry_reaches_only_the_scope_of_the_kernel_that_wrote_it(tmp_p
 
 
 def test_new_entries_go_first_and_the_oldest_are_evicted(tmp_path):
-    import kernel_matrix.objcache as objcache
+    import kernel_matrix.building.objcache as objcache
 
     (tmp_path / "src.cpp").write_text("int value() { return 3; }\n")
     output = tmp_path / "x.o"

@@ -4,7 +4,7 @@ once all have), with the steps done of all and the slowest compile so far."""
 import sys
 import time
 
-from kernel_matrix.compile import Progress, Step, run_steps
+from kernel_matrix.building.compile import Progress, Step, run_steps
 
 
 def _step(tmp_path, name: str, seconds: float) -> Step:

@@ -254,8 +254,8 @@ def test_lfs_files_are_compared_by_their_sha256(tmp_path):
     # pointer, so unchanged .so files must be recognised by sha256.
     from huggingface_hub.hf_api import RepoFile
 
-    from kernel_matrix import publish as hub
-    from kernel_matrix.release import release_files
+    from kernel_matrix.releasing import publish as hub
+    from kernel_matrix.releasing.release import release_files
 
     variant = tmp_path / "build" / "torch214-cxx11-cpu-x86_64-linux"
     variant.mkdir(parents=True)

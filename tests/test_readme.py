@@ -115,7 +115,7 @@ def test_the_container_and_wheel_commands(clone, engine):
     assert [c.split()[1] for c in commands] == ["build", "wheels"]
     for command in commands:
         run(command, clone)
-    from kernel_matrix.toolchain import find_nvcc
+    from kernel_matrix.planning.toolchain import find_nvcc
 
     wheels = sorted(p.name for p in (clone / "build" / "wheels").glob("*.whl"))
     # The local profile is this host's CUDA (13.0: the wheel the README names), or CPU without nvcc.

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, kernel_matrix
 
-from kernel_matrix.buildtoml import load_build_toml
-from kernel_matrix.capabilities import gencode_flags, select_capabilities
+from kernel_matrix.config.buildtoml import load_build_toml
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.planning.capabilities import gencode_flags, select_capabilities
 
 CORPUS = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community")).parent
 HF = CORPUS / "huggingface-kernels"
@@ -77,7 +77,7 @@ def test_a_malformed_ptx_capability_is_one_line(tmp_path, value):
 
 @pytest.mark.build
 def test_maxsim_builds_with_its_ptx_capability(tmp_path):
-    from kernel_matrix.toolchain import find_nvcc
+    from kernel_matrix.planning.toolchain import find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("no nvcc here")

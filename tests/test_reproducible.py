@@ -93,7 +93,7 @@ def build_sets(tmp_path_factory):
 @pytest.fixture(scope="module", params=["cpu", "cuda"])
 def builds(request, build_sets):
     if request.param == "cuda":
-        from kernel_matrix.toolchain import find_nvcc, probe_torch
+        from kernel_matrix.planning.toolchain import find_nvcc, probe_torch
 
         if find_nvcc() is None or probe_torch().cuda is None:
             pytest.skip("the CUDA variant needs nvcc and a CUDA build of torch")
@@ -114,7 +114,7 @@ def test_the_object_cache_never_changes_a_result(builds):
 
 
 def test_no_host_path_is_recorded_in_the_library(builds):
-    from kernel_matrix.toolchain import probe_torch
+    from kernel_matrix.planning.toolchain import probe_torch
 
     data = the_library(builds["elsewhere"]).read_bytes()
     host_paths = [*builds["kernels"], builds["elsewhere"].parent, probe_torch().torch_dir.parent, REPO, Path("/tmp")]

@@ -1,6 +1,6 @@
 """How many builds and compiles run at once, from cores, memory and MAX_JOBS."""
 
-from kernel_matrix.resources import GIB, Parallelism, plan_parallelism
+from kernel_matrix.planning.resources import GIB, Parallelism, plan_parallelism
 
 
 def test_cores_are_shared_out_between_builds():

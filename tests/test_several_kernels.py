@@ -14,7 +14,7 @@ from hubserver import HubServer
 from kernels.variants import parse_variant
 
 from kernel_matrix.errors import ExitCode
-from kernel_matrix.selection import Selection
+from kernel_matrix.planning.selection import Selection
 
 PURE_TOML = """[general]
 name = "pure"

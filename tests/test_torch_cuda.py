@@ -1,4 +1,4 @@
-"""The one torch-CUDA check (kernel_matrix/torch_cuda.py): as a function, and as the
+"""The one torch-CUDA check (kernel_matrix/planning/torch_cuda.py): as a function, and as the
 script that builder images run with `python -c` before kernel-matrix is installed."""
 
 import subprocess
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from kernel_matrix import torch_cuda
-from kernel_matrix.images import _CHECK_TORCH_CUDA
+from kernel_matrix.containers.images import _CHECK_TORCH_CUDA
+from kernel_matrix.planning import torch_cuda
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from conftest import kernel_matrix
 
 from kernel_matrix.errors import ExitCode
-from kernel_matrix.matrix import load_matrix
-from kernel_matrix.upstream import Finding, find_missing
+from kernel_matrix.planning.matrix import load_matrix
+from kernel_matrix.planning.upstream import Finding, find_missing
 
 RUNNERS = "archs:\n  x86_64: {build-runner: [a], gpu-test-runner: [b]}\n"
 

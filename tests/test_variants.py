@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kernels.variants import parse_variant
 
-from kernel_matrix.capabilities import default_capabilities, gencode_flags, select_capabilities
-from kernel_matrix.variants import CPU_ARCHS, Variant, torch_minor
+from kernel_matrix.planning.capabilities import default_capabilities, gencode_flags, select_capabilities
+from kernel_matrix.planning.variants import CPU_ARCHS, Variant, torch_minor
 
 torch_versions = st.builds(lambda minor: f"2.{minor}", st.integers(min_value=0, max_value=40))
 cuda_versions = st.builds(lambda major, minor: f"{major}.{minor}", st.integers(11, 14), st.integers(0, 9))

@@ -16,8 +16,8 @@ from conftest import KERNEL_DIR, ONE_KERNEL_TEST, REPO, kernel_matrix
 from packaging.tags import sys_tags
 from packaging.utils import parse_wheel_filename
 
-from kernel_matrix.matrix import load_matrix, select
-from kernel_matrix.wheels import cibuildwheel_env, wheel_spec, write_project
+from kernel_matrix.planning.matrix import load_matrix, select
+from kernel_matrix.releasing.wheels import cibuildwheel_env, wheel_spec, write_project
 
 MATRIX = load_matrix(REPO / "build_matrix.yaml")
 
@@ -150,7 +150,7 @@ def test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite(
     the same builder image, auditwheel leaving torch's libraries out, abi3audit,
     then pip into a fresh environment and a test of the kernel's suite on the installed package (the whole
     suite runs in test_kernel_suite.py)."""
-    from kernel_matrix.toolchain import find_nvcc
+    from kernel_matrix.planning.toolchain import find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("no nvcc: no CUDA cell builds here")

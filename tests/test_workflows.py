@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import REPO, cli_matrix, kernel_matrix, matrix_text
 
-from kernel_matrix.matrix import PROFILES, load_matrix
+from kernel_matrix.planning.matrix import PROFILES, load_matrix
 
 WORKFLOW_DIR = REPO / ".github" / "workflows"
 WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
@@ -876,7 +876,7 @@ def test_the_cells_wheels_never_share_a_name():
 
 
 def test_the_summary_step_merges_the_cells_tables(tmp_path):
-    from kernel_matrix.container_build import summary_markdown
+    from kernel_matrix.containers.container_build import summary_markdown
 
     # What `kernel-matrix build` writes to build/summary.md for no cells: the two header lines the awk keeps once.
     header = summary_markdown([]) + "\n"

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import ExitCode, KernelMatrixError
-from .build import build, shell, wheels
-from .checks import check_abi, test, verify
-from .console import error
-from .init import init
-from .matrix import matrix
-from .release import clean, publish
-from .test_variant import SETTINGS, test_variant
+from kernel_matrix.cli.build import build, shell, wheels
+from kernel_matrix.cli.checks import check_abi, test, verify
+from kernel_matrix.cli.console import error
+from kernel_matrix.cli.init import init
+from kernel_matrix.cli.matrix import matrix
+from kernel_matrix.cli.release import clean, publish
+from kernel_matrix.cli.test_variant import SETTINGS, test_variant
+from kernel_matrix.errors import ExitCode, KernelMatrixError
 
 app = typer.Typer(
     help="Build, test and publish a PyTorch kernel for every torch x CUDA variant.",
@@ -53,7 +53,7 @@ def print_version(value: bool) -> None:
         try:  # the installed distribution's, which pip and bug reports name
             text = version("kernel-matrix")
         except PackageNotFoundError:  # run from a source tree that is not installed
-            from .. import __version__ as text
+            from kernel_matrix import __version__ as text
         typer.echo(f"kernel-matrix {text}")
         raise typer.Exit()
 

@@ -11,13 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import BuildError, ConfigError, ExitCode
-from ..layout import BuildDir
-from ..resources import CELL_TIMEOUT_S
-from ..variants import ImageKind
-from . import render
-from .console import console, each_kernel, stdout, styled
-from .options import (
+from kernel_matrix.cli import render
+from kernel_matrix.cli.console import console, each_kernel, stdout, styled
+from kernel_matrix.cli.options import (
     BackendOption,
     BuildDirOption,
     ImageOption,
@@ -29,13 +25,17 @@ from .options import (
     make_build_dir,
     selection_of,
 )
+from kernel_matrix.errors import BuildError, ConfigError, ExitCode
+from kernel_matrix.layout import BuildDir
+from kernel_matrix.planning.resources import CELL_TIMEOUT_S
+from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
-    from ..build_request import BuildRequest
-    from ..compile import Step
-    from ..matrix import Matrix
-    from ..objcache import ObjectCache
-    from ..selection import Kernel, Resolved
+    from kernel_matrix.building.compile import Step
+    from kernel_matrix.building.objcache import ObjectCache
+    from kernel_matrix.containers.build_request import BuildRequest
+    from kernel_matrix.planning.matrix import Matrix
+    from kernel_matrix.planning.selection import Kernel, Resolved
 
 
 def build(
@@ -99,8 +99,8 @@ def build(
         shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
         _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout)
         return
-    from ..github_event import GithubEvent
-    from ..objcache import MAX_SCOPE_BYTES, ObjectCache
+    from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
+    from kernel_matrix.config.github_event import GithubEvent
 
     trusted = GithubEvent.from_environment().trusted
 
@@ -128,8 +128,8 @@ def build_native(
 ) -> None:
     """One kernel's variant for this host (or, in a build container, for the cell
     `expected` asks for: refused before anything is written if it would be another)."""
-    from ..compile import Progress
-    from ..native_build import build_noarch, build_variant, plan_build, write_build_stats
+    from kernel_matrix.building.compile import Progress
+    from kernel_matrix.building.native_build import build_noarch, build_variant, plan_build, write_build_stats
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
@@ -201,8 +201,8 @@ def _build_in_containers(
     capabilities: list[str] | None,
     cell_timeout: float,
 ) -> None:
-    from ..container_build import build_selection
-    from ..progress import live_progress
+    from kernel_matrix.building.progress import live_progress
+    from kernel_matrix.containers.container_build import build_selection
 
     make_build_dir(build_dir)
     results = build_selection(
@@ -245,7 +245,7 @@ def wheels(
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
 
     Compiled kernels only: a Python-only kernel's variants are not per torch, so no wheel label fits them."""
-    from ..wheels import build_wheels
+    from kernel_matrix.releasing.wheels import build_wheels
 
     resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
     selected = bool(profile or only or variant)
@@ -284,10 +284,10 @@ def shell(
     unless --writable), network off, no capabilities, a read-only root with a writable /tmp."""
     import subprocess
 
-    from ..container_build import builder_for, shell_command
-    from ..container_output import strip_set_id_bits
-    from ..engine import connect
-    from ..images import PipSetup
+    from kernel_matrix.containers.container_build import builder_for, shell_command
+    from kernel_matrix.containers.container_output import strip_set_id_bits
+    from kernel_matrix.containers.engine import connect
+    from kernel_matrix.containers.images import PipSetup
 
     resolved = selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
     if len(resolved.cells) != 1:

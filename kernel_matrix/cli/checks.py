@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..abi import MANYLINUX, PYTHON_ABI
-from ..errors import AbiError, ConfigError
-from ..layout import BuildDir
-from . import render
-from .console import console, each_kernel, stdout, styled
-from .options import (
+from kernel_matrix.checking.abi import MANYLINUX, PYTHON_ABI
+from kernel_matrix.cli import render
+from kernel_matrix.cli.console import console, each_kernel, stdout, styled
+from kernel_matrix.cli.options import (
     BackendOption,
     BuildDirOption,
     ImageOption,
@@ -23,9 +21,11 @@ from .options import (
     Python,
     selection_of,
 )
+from kernel_matrix.errors import AbiError, ConfigError
+from kernel_matrix.layout import BuildDir
 
 if TYPE_CHECKING:
-    from ..selection import Kernel
+    from kernel_matrix.planning.selection import Kernel
 
 
 def test(
@@ -48,7 +48,13 @@ def test(
     ] = None,
 ) -> None:
     """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
-    from ..testing import built_alongside, hub_repo_id, resolve_variant_dir, run_installed_tests, run_kernel_tests
+    from kernel_matrix.checking.testing import (
+        built_alongside,
+        hub_repo_id,
+        resolve_variant_dir,
+        run_installed_tests,
+        run_kernel_tests,
+    )
 
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if installed:
@@ -61,8 +67,8 @@ def test(
     def test_one(chosen: Kernel, subfolder: str | None) -> None:
         name = variant
         if name is None:
-            from ..native_build import plan_build
-            from ..toolchain import probe_torch
+            from kernel_matrix.building.native_build import plan_build
+            from kernel_matrix.planning.toolchain import probe_torch
 
             if chosen.config.noarch:  # the backend of the torch that runs the tests
                 name = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
@@ -96,8 +102,8 @@ def check_abi(
     ] = MANYLINUX,
 ) -> None:
     """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
-    from ..abi import check_variant
-    from ..testing import resolve_variant_dir
+    from kernel_matrix.checking.abi import check_variant
+    from kernel_matrix.checking.testing import resolve_variant_dir
 
     variant_dir = resolve_variant_dir(variant, build_dir)
     reports = check_variant(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
@@ -139,7 +145,7 @@ def verify(
     This host's variants are rebuilt natively, other cells of the matrix in their
     builder image. Exit 0 when every file is identical; 12 (one line per differing
     file) when one differs; 4 when a variant cannot be rebuilt here."""
-    from ..verify import verify_command
+    from kernel_matrix.releasing.verify import verify_command
 
     verify_command(
         variants or [],

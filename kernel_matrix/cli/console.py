@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import BuildError, KernelMatrixError
+from kernel_matrix.errors import BuildError, KernelMatrixError
 
 if TYPE_CHECKING:
-    from ..selection import Kernel
+    from kernel_matrix.planning.selection import Kernel
 
 # CI logs are wider than rich's 80-column default for non-terminals. Markup is off:
 # messages carry user text (names, paths, build.toml values such as `[general.hub]`),

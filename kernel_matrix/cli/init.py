@@ -24,9 +24,9 @@ import typer
 import yaml
 from packaging.version import Version
 
-from ..buildtoml import BuildConfig, load_build_toml
-from ..errors import ConfigError
-from .console import stdout, styled
+from kernel_matrix.cli.console import stdout, styled
+from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
+from kernel_matrix.errors import ConfigError
 
 MATRIX = Path("build_matrix.yaml")
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
@@ -51,7 +51,7 @@ class Release:
 
     @staticmethod
     def packaged() -> Release:
-        from ..data import load
+        from kernel_matrix.data import load
 
         data = load("release")
         return Release(str(data["repository"]), str(data["commit"]), str(data["version"]))
@@ -133,7 +133,7 @@ def find_kernels(directory: Path) -> list[tuple[str, BuildConfig]]:
 
 def default_spec() -> dict[str, Any]:
     """The default matrix (data/default_matrix.yaml) as data."""
-    from ..data import load
+    from kernel_matrix.data import load
 
     spec: dict[str, Any] = load("default_matrix")
     return spec

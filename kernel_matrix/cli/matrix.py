@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from . import render
-from .console import console, stdout, styled
-from .options import (
+from kernel_matrix.cli import render
+from kernel_matrix.cli.console import console, stdout, styled
+from kernel_matrix.cli.options import (
     KernelDirOption,
     KernelOption,
     MatrixFileOption,
@@ -48,12 +48,12 @@ def matrix(
     name GitHub-hosted build runners, and a fork's code gets no GPU test cells."""
     import json
 
-    from ..github_event import GithubEvent, write_github_output
-    from ..matrix import check_runners, check_sources, gpu_test_cells
+    from kernel_matrix.config.github_event import GithubEvent, write_github_output
+    from kernel_matrix.planning.matrix import check_runners, check_sources, gpu_test_cells
 
     selection = selection_of(file, profile, only, variant, kernel, kernel_dir)
     if check_upstream:
-        from ..upstream import check_upstream as run_check
+        from kernel_matrix.planning.upstream import check_upstream as run_check
 
         matrix = selection.matrix()  # a kernel's folder without a matrix file: the default one
         check_sources(matrix, GithubEvent.from_environment())  # the indexes it asks are the matrix's

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import ConfigError
-from ..variants import ImageKind
+from kernel_matrix.errors import ConfigError
+from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
-    from ..selection import Selection
+    from kernel_matrix.planning.selection import Selection
 
 
 # The options of every command that reads the matrix: resolved once by Selection.
@@ -44,7 +44,7 @@ def selection_of(
     kernel: list[str] | None = None,
     kernel_dir: Path | None = None,
 ) -> Selection:
-    from ..selection import Selection
+    from kernel_matrix.planning.selection import Selection
 
     return Selection(
         file=file,
@@ -76,7 +76,7 @@ def check_build_dir(path: Path) -> Path:
 
 def check_capabilities(value: str | None) -> str | None:
     """--cuda-capabilities: a comma-separated list of capabilities (9.0, 9.0a)."""
-    from ..capabilities import CAPABILITY
+    from kernel_matrix.planning.capabilities import CAPABILITY
 
     if value is not None and not all(CAPABILITY.match(c) for c in value.split(",")):
         raise typer.BadParameter(

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..abi import MANYLINUX
-from . import render
-from .console import console, stdout, styled
-from .options import BuildDirOption, KernelDirOption, KernelOption, MatrixFileOption, selection_of
+from kernel_matrix.checking.abi import MANYLINUX
+from kernel_matrix.cli import render
+from kernel_matrix.cli.console import console, stdout, styled
+from kernel_matrix.cli.options import BuildDirOption, KernelDirOption, KernelOption, MatrixFileOption, selection_of
 
 if TYPE_CHECKING:
-    from ..publish import Plan
+    from kernel_matrix.releasing.publish import Plan
 
 
 def publish(
@@ -39,9 +39,9 @@ def publish(
     Every kernel's release is checked (complete, digests, ABI) before any is published."""
     from huggingface_hub import HfApi
 
-    from .. import publish as hub
-    from ..kernel_card import kernel_card
-    from ..release import prepare_releases
+    from kernel_matrix.releasing import publish as hub
+    from kernel_matrix.releasing.kernel_card import kernel_card
+    from kernel_matrix.releasing.release import prepare_releases
 
     resolved = selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
     if tag is not None:
@@ -92,8 +92,8 @@ def clean(
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
 ) -> None:
     """Remove development artifacts, and variants in build/ that the matrix no longer names."""
-    from ..clean import find_artifacts, project_root, remove
-    from ..selection import Selection
+    from kernel_matrix.planning.selection import Selection
+    from kernel_matrix.releasing.clean import find_artifacts, project_root, remove
 
     root = project_root(file, build_dir)  # first: nothing is read from a folder clean may not act on
     resolved = Selection(file).resolve()

@@ -10,11 +10,11 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ..abi import AbiReport
-    from ..container_build import CellResult
-    from ..matrix import Cell
-    from ..publish import Plan
-    from ..wheels import WheelResult
+    from kernel_matrix.checking.abi import AbiReport
+    from kernel_matrix.containers.container_build import CellResult
+    from kernel_matrix.planning.matrix import Cell
+    from kernel_matrix.releasing.publish import Plan
+    from kernel_matrix.releasing.wheels import WheelResult
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
@@ -52,7 +52,7 @@ def cells_table(title: str, cells: Sequence[Cell]) -> Table:
 
 
 def build_results_table(results: Sequence[CellResult]) -> Table:
-    from ..container_build import SUMMARY_COLUMNS, summary_rows
+    from kernel_matrix.containers.container_build import SUMMARY_COLUMNS, summary_rows
 
     table = _table(f"container builds ({len(results)} cells)", SUMMARY_COLUMNS)
     for r, row in zip(results, summary_rows(list(results)), strict=True):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import typer
 
-from .. import __version__
+from kernel_matrix import PACKAGE_DIR, __version__
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "test-variant"
+SCRIPT = PACKAGE_DIR / "scripts" / "test-variant"
 SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 

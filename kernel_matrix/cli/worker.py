@@ -1,6 +1,6 @@
 """The build container's entry point: `python -m kernel_matrix.cli.worker REQUEST`.
 
-REQUEST is the BuildRequest file the host wrote (kernel_matrix/build_request.py).
+REQUEST is the BuildRequest file the host wrote (kernel_matrix/containers/build_request.py).
 It runs the native build of `kernel-matrix build` for exactly that cell, with the
 cache scopes the host chose; errors are one line and the CLI's exit codes."""
 
@@ -10,14 +10,14 @@ import signal
 import sys
 from pathlib import Path
 
-from ..build_request import BuildRequest
-from ..errors import ConfigError, KernelMatrixError
-from ..layout import BuildDir
-from ..objcache import ObjectCache
-from ..selection import Kernel
-from . import interrupt_on_sigterm
-from .build import build_native
-from .console import error
+from kernel_matrix.building.objcache import ObjectCache
+from kernel_matrix.cli import interrupt_on_sigterm
+from kernel_matrix.cli.build import build_native
+from kernel_matrix.cli.console import error
+from kernel_matrix.containers.build_request import BuildRequest
+from kernel_matrix.errors import ConfigError, KernelMatrixError
+from kernel_matrix.layout import BuildDir
+from kernel_matrix.planning.selection import Kernel
 
 
 def run(request: BuildRequest) -> None:

@@ -17,8 +17,8 @@ FORGE = textwrap.dedent(
     """
     import hashlib, json, os, subprocess, tempfile
     from pathlib import Path
-    from kernel_matrix.native_build import plan_build, build_steps
-    from kernel_matrix.objcache import ObjectCache
+    from kernel_matrix.building.native_build import plan_build, build_steps
+    from kernel_matrix.building.objcache import ObjectCache
 
     os.environ.pop("SOURCE_DATE_EPOCH", None)  # the compiler's environment, not the build's
     victim = Path("/src/victim")

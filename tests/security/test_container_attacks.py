@@ -9,8 +9,8 @@ import os
 import pytest
 from conftest import container_build_cli
 
-from kernel_matrix.engine import PIDS_LIMIT, UNPRIVILEGED
-from kernel_matrix.resources import MEMORY_PER_COMPILE
+from kernel_matrix.containers.engine import PIDS_LIMIT, UNPRIVILEGED
+from kernel_matrix.planning.resources import MEMORY_PER_COMPILE
 
 pytestmark = pytest.mark.build
 

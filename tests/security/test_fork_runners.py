@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import kernel_matrix, matrix_text
 
-from kernel_matrix.github_event import GithubEvent, is_github_hosted
+from kernel_matrix.config.github_event import GithubEvent, is_github_hosted
 
 HOSTILE = matrix_text().replace("build-runner: [ubuntu-24.04]", "build-runner: [self-hosted, linux, x64, gpu]")
 

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 from conftest import REPO, kernel_matrix, matrix_text
 
-from kernel_matrix.container_output import UnsafeOutputError, check_tree, copy_regular
-from kernel_matrix.objcache import ObjectCache
+from kernel_matrix.building.objcache import ObjectCache
+from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree, copy_regular
 
 
 def snapshot(root):
@@ -161,7 +161,7 @@ def test_bad_option_values_are_one_line_and_exit_2(tmp_path, argv):
 
 @pytest.mark.parametrize("tag", ["v1", "v1.2.0", "release/2026-12", "v1+cu130"])
 def test_good_tags_pass(tag):
-    from kernel_matrix.publish import check_tag
+    from kernel_matrix.releasing.publish import check_tag
 
     assert check_tag(tag) == tag
 
@@ -192,9 +192,9 @@ def test_only_plain_files_and_folders_come_back(tmp_path, kind):
 
 
 def test_publish_refuses_a_variant_holding_a_link(tmp_path):
-    from kernel_matrix.buildtoml import load_build_toml
+    from kernel_matrix.config.buildtoml import load_build_toml
     from kernel_matrix.errors import ConfigError
-    from kernel_matrix.release import check_variant
+    from kernel_matrix.releasing.release import check_variant
 
     variant = tmp_path / "torch214-cxx11-cpu-x86_64-linux"
     variant.mkdir()

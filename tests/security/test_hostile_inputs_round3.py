@@ -19,10 +19,10 @@ from hubserver import INITIAL_FILES, HubServer
 from huggingface_hub import HfApi
 from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
-from kernel_matrix.buildtoml import load_build_toml
-from kernel_matrix.kernel_card import kernel_card
-from kernel_matrix.matrix import load_matrix, select
-from kernel_matrix.wheels import wheel_spec, write_project
+from kernel_matrix.config.buildtoml import load_build_toml
+from kernel_matrix.planning.matrix import load_matrix, select
+from kernel_matrix.releasing.kernel_card import kernel_card
+from kernel_matrix.releasing.wheels import wheel_spec, write_project
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -120,7 +120,7 @@ def _wheel(folder: Path, pth: str) -> Path:
 def test_no_installed_code_reaches_a_network_or_the_callers_pip_settings(engine, tmp_path, monkeypatch):
     """A trusted run whose index serves a hostile torch: the image is made, the wheel's .pth
     runs (it leaves a note in the image), but it reaches no listener and sees no pip setting."""
-    from kernel_matrix import images
+    from kernel_matrix.containers import images
 
     listener, seen = _listener()
     port = listener.getsockname()[1]

@@ -1,0 +1,604 @@
+"""Build one variant natively: against a Python's installed torch, with the host's
+compilers, into build/<variant>/. Container builds run the same steps inside
+their images."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+from packaging.version import Version
+
+from kernel_matrix import PACKAGE_DIR
+from kernel_matrix.building.compile import (
+    PY_LIMITED_API,
+    PathMap,
+    Progress,
+    Step,
+    cxx_compile,
+    link_shared,
+    nvcc_compile,
+    run_steps,
+)
+from kernel_matrix.building.dependencies import Resolved
+from kernel_matrix.building.dependencies import resolve as resolve_dependency
+from kernel_matrix.building.objcache import ObjectCache
+from kernel_matrix.building.provenance import git_state, toolchain
+from kernel_matrix.building.variant_dir import (
+    package_files,
+    render_template,
+    staged,
+    write_metadata,
+    write_python_package,
+)
+from kernel_matrix.config.buildtoml import (
+    BUILDABLE_BACKENDS,
+    BuildConfig,
+    CpuKernel,
+    CudaKernel,
+    Dependency,
+    MetalKernel,
+    RocmKernel,
+    Torch,
+    XpuKernel,
+    load_build_toml,
+)
+from kernel_matrix.errors import BuildError, ConfigError, ToolchainError
+from kernel_matrix.layout import BuildDir
+from kernel_matrix.planning.capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
+from kernel_matrix.planning.resources import Parallelism, plan_parallelism
+from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
+from kernel_matrix.planning.torch_cuda import cuda_mismatch
+from kernel_matrix.planning.variants import Variant, torch_minor
+
+_CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
+_CUDA_SUFFIXES = {".cu"}
+# First on every include path: headers that keep newer glibc symbols out of the
+# .so, so that it passes manylinux_2_28 when built on a newer system (see inside).
+COMPAT_INCLUDE = PACKAGE_DIR / "compat" / "glibc-2.28"
+# ...and included before every source: symbol versions older glibcs have (see inside).
+COMPAT_SYMBOLS = COMPAT_INCLUDE / "kernel_matrix_symbols.h"
+# registration.h: the macros a kernel-builder binding uses (TORCH_LIBRARY_EXPAND...).
+REGISTRATION_INCLUDE = PACKAGE_DIR / "include"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything that decides the build's output; its hash names the op namespace."""
+
+    config: BuildConfig
+    kernel_dir: Path
+    variant: Variant
+    torch: TorchInstall
+    nvcc: Nvcc | None
+    cxx: str
+    capabilities: list[str]  # every section's, for metadata.json
+    # [kernel.*] name -> the capabilities its .cu files are compiled for
+    section_capabilities: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> str:
+        return self.variant.backend
+
+    def sections(self) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
+        """The [kernel.*] sections compiled into this variant: its backend's, minus
+        CUDA sections whose cuda-minver is above this CUDA (kernel-builder skips them)."""
+        return {
+            name: kernel
+            for name, kernel in self.config.kernels_for(self.backend).items()
+            if not (isinstance(kernel, CudaKernel) and name not in self.section_capabilities)
+        }
+
+    @property
+    def torch_section(self) -> Torch:
+        assert self.config.torch is not None, "a native build needs [torch]"
+        return self.config.torch
+
+    def defines(self) -> list[str]:
+        """What every source of the extension is compiled with, as kernel-builder's
+        CMake does. TORCH_EXTENSION_NAME is the stable base name where kernel-matrix's
+        registration.h is used (its macros take the namespace from module.cpp, so the
+        binding's object is cached across source changes); a kernel's own
+        registration.h registers under TORCH_EXTENSION_NAME itself and defines
+        PyInit_<it>, so there it is the build's unique module name, as in kernel-builder."""
+        backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
+        stable = self.torch_section.stable_abi_for(self.backend)
+        return [
+            *backend,
+            f"TORCH_EXTENSION_NAME={self.module if self.own_registration() else self.module_base}",
+            f"Py_LIMITED_API={PY_LIMITED_API}",
+            "_GLIBCXX_USE_CXX11_ABI=1",
+            *([stable_abi_define(stable)] if stable else []),
+        ]
+
+    @property
+    def module(self) -> str:
+        """The unique op namespace and extension module: _img2gray_cuda_1a2b3c4."""
+        return f"{self.module_base}_{self.source_hash()[:7]}"
+
+    @property
+    def module_base(self) -> str:
+        """The module name without the build's hash: _img2gray_cuda (the binding's TORCH_EXTENSION_NAME)."""
+        return f"_{self.config.general.python_name}_{self.backend}"
+
+    def own_registration(self) -> Path | None:
+        """The kernel's own registration.h, if it ships one (older kernels, upstream's
+        cutlass-gemm example): where `#include "registration.h"` finds it before
+        kernel-matrix's, beside the binding's sources or in [torch] include."""
+        folders = [self.kernel_dir / "torch-ext", *((self.kernel_dir / s).parent for s in self.torch_section.src)]
+        folders += [self.kernel_dir / d for d in self.torch_section.include]
+        return next((f / "registration.h" for f in folders if (f / "registration.h").is_file()), None)
+
+    def source_files(self) -> list[str]:
+        files = set(self.torch_section.src)
+        for kernel in self.sections().values():
+            files.update(kernel.src)
+        package = self.kernel_dir / "torch-ext" / self.config.general.python_name
+        files.update(str(p.relative_to(self.kernel_dir)) for p in package_files(package, self.kernel_dir))
+        return sorted(files)
+
+    def source_hash(self) -> str:
+        """The hash of the plan and every source file's content, read once per plan."""
+        return self._source_digest
+
+    @cached_property
+    def _source_digest(self) -> str:
+        digest = hashlib.sha256()
+        digest.update(
+            json.dumps(
+                [self.variant.name, self.torch.version, self.section_capabilities, self.config.model_dump(mode="json")],
+                sort_keys=True,
+            ).encode()
+        )
+        for file in self.source_files():
+            digest.update(file.encode() + b"\0" + (self.kernel_dir / file).read_bytes() + b"\0")
+        return digest.hexdigest()
+
+
+def plan_build(
+    kernel_dir: Path,
+    *,
+    python: str | None = None,
+    backend: str | None = None,
+    cuda_capabilities: list[str] | None = None,
+    config: BuildConfig | None = None,
+) -> BuildPlan:
+    """This host's plan: its toolchain probed (python: the interpreter whose torch to
+    build against), then `plan`. config: the kernel's build.toml, where the caller has
+    read it already."""
+    kernel_dir = kernel_dir.resolve()
+    config = config or load_build_toml(kernel_dir)
+    return plan(kernel_dir, config, Toolchain.probe(python), backend=backend, cuda_capabilities=cuda_capabilities)
+
+
+def plan(
+    kernel_dir: Path,
+    config: BuildConfig,
+    toolchain: Toolchain,
+    *,
+    backend: str | None = None,
+    cuda_capabilities: list[str] | None = None,
+) -> BuildPlan:
+    """The build of kernel_dir with toolchain, as a value: no process is started.
+    backend: None for the CUDA variant where the toolchain builds one, else the CPU one.
+    cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
+    kernel_dir = kernel_dir.resolve()
+    package_files(kernel_dir / "torch-ext" / config.general.python_name, kernel_dir)  # refuses links out, early
+    torch, nvcc = toolchain.torch, toolchain.nvcc
+    if backend is None:
+        # The CUDA variant when it can be built here; otherwise the CPU one.
+        can_build_cuda = torch.cuda and nvcc is not None and "cuda" in config.general.backends
+        backend = "cuda" if can_build_cuda else "cpu"
+    if backend not in config.general.backends:
+        raise ConfigError(
+            f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends {config.general.backends}"
+        )
+    if backend == "cuda":
+        if not torch.cuda:
+            raise ToolchainError(
+                f"torch {torch.version} ({torch.python}) is a CPU build: a CUDA variant "
+                "needs a CUDA build of torch (or build with --backend cpu)"
+            )
+        if nvcc is None:
+            raise ToolchainError("nvcc not found (set CUDA_HOME or put nvcc on PATH), or build with --backend cpu")
+        if reason := cuda_mismatch(torch.cuda, nvcc.version, exact=False):
+            raise ToolchainError(f"nvcc {nvcc.version} cannot build for torch {torch.version}: {reason}")
+    elif backend != "cpu":
+        raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
+    cuda = torch.cuda if backend == "cuda" else None
+    if refusal := config.refuses(backend, torch_minor(torch.version), cuda):
+        raise ToolchainError(f"{kernel_dir / 'build.toml'}: {refusal}: this torch and CUDA cannot build it")
+    stable = config.torch.stable_abi_for(backend) if config.torch else None
+    if stable and Version(torch_minor(torch.version)) < Version(stable):
+        raise ToolchainError(
+            f"{kernel_dir / 'build.toml'}: torch.stable-abi {stable} for {backend} needs torch >= {stable}, "
+            f"not {torch.version}"
+        )
+    # A stable-ABI build is named for the ABI version, not the torch it was built with.
+    variant = Variant(
+        torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=toolchain.arch, stable_abi=stable or None
+    )
+    sections: dict[str, list[str]] = {}
+    if backend == "cuda":
+        assert nvcc is not None
+        for name, kernel in config.kernels_for("cuda").items():
+            assert isinstance(kernel, CudaKernel)
+            if kernel.cuda_minver and Version(nvcc.version) < Version(kernel.cuda_minver):
+                continue  # as kernel-builder: the section needs a newer CUDA
+            # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
+            chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version, cuda_capabilities)
+            if not chosen:
+                raise ConfigError(
+                    f"{kernel_dir / 'build.toml'}: [kernel.{name}]: none of cuda-capabilities "
+                    f"{kernel.cuda_capabilities} can be built with CUDA {cuda}"
+                    + (f" for {','.join(cuda_capabilities)}" if cuda_capabilities else "")
+                )
+            sections[name] = chosen
+    capabilities = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
+    if backend == "cuda" and not capabilities:  # no CUDA section: the binding alone, for the defaults
+        assert nvcc is not None  # a CUDA build without one was refused above
+        capabilities = select_capabilities(None, nvcc.version, cuda_capabilities)
+    return BuildPlan(
+        config=config,
+        kernel_dir=kernel_dir,
+        variant=variant,
+        torch=torch,
+        nvcc=nvcc if backend == "cuda" else None,
+        cxx=toolchain.cxx,
+        capabilities=capabilities,
+        section_capabilities=sections,
+    )
+
+
+def build_steps(
+    plan: BuildPlan, work: Path, so_path: Path, *, parallel: Parallelism | None = None
+) -> tuple[list[Step], Step]:
+    """The compile steps (independent) and the link step of a plan.
+
+    As kernel-builder compiles a torch extension: every source sees torch's
+    headers and the extension's defines; a [kernel.*] section adds its include
+    dirs, its dependencies' headers and its flags (cxx-flags for C++ files,
+    cuda-flags for .cu files), and its .cu files get its own capabilities. A
+    source that reads no torch header still makes the same object for every
+    torch version (the command lines are the same in every builder image), so
+    the object cache shares it."""
+    kernel_dir, torch_section = plan.kernel_dir, plan.torch_section
+    generated = work / "generated"
+    generated.mkdir(parents=True, exist_ok=True)
+    module_source = generated / "module.cpp"
+    # Weak where the kernel's own registration.h defines PyInit_<module> (REGISTER_EXTENSION):
+    # the linker takes the kernel's, and this one only where its binding defines none.
+    weak = "__attribute__((weak)) " if plan.own_registration() else ""
+    module_source.write_text(render_template("module.cpp.in", module=plan.module, linkage=weak))
+    defines = plan.defines()
+    compiles: list[Step] = []
+
+    torch_includes = [REGISTRATION_INCLUDE, *plan.torch.include_dirs, plan.torch.python_include]
+    if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
+        torch_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
+    # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
+    # the flag it silently runs on one thread.
+    openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
+    # Insertion-ordered, not a set: a set's order changes from run to run, and
+    # so would the binding's command line (and its cache key).
+    section_dirs: dict[Path, None] = {}
+    dependencies = plan_dependencies(plan)  # fetched here if not in the cache yet
+    # The same bytes from any checkout and any torch install (compile.PathMap).
+    path_map = PathMap(
+        {
+            kernel_dir: plan.config.general.name,
+            plan.torch.torch_dir.parent: "site-packages",
+            plan.torch.python_include: "python-include",
+            REGISTRATION_INCLUDE.parent: "kernel_matrix",
+            # A pin's folder is named by its digest, an override's by the host: both recorded by name.
+            **{found.folder: f"deps/{name}" for name, found in dependencies.items()},
+        }
+    )
+    # The stage's scratch folder is new every build; -g records it (nvcc's host stub
+    # is compiled there). Mapped outside the cache key, which leaves the output out too.
+    scratch = PathMap({work: "build"})
+
+    def compile_step(
+        source: Path,
+        output: Path,
+        includes: list[Path],
+        flags: list[str],
+        cuda_flags: list[str],
+        capabilities: list[str],
+    ) -> Step | None:
+        includes = [COMPAT_INCLUDE, source.parent, *includes]
+        if source.suffix in _CUDA_SUFFIXES:
+            assert plan.nvcc is not None
+            argv = nvcc_compile(
+                plan.nvcc.path,
+                plan.cxx,
+                source,
+                output,
+                includes=includes,
+                defines=defines,
+                gencode=gencode_flags(capabilities),
+                # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
+                # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
+                flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
+                pre_include=COMPAT_SYMBOLS,
+                path_map=path_map,
+            )
+            return Step(
+                f"compile {source.relative_to(kernel_dir)}",
+                argv,
+                output,
+                compilers=(str(plan.nvcc.path), plan.cxx),
+                tuning=tuple(scratch.nvcc_flags()),
+            )
+        if source.suffix in _CXX_SUFFIXES:
+            argv = cxx_compile(
+                plan.cxx,
+                source,
+                output,
+                includes=includes,
+                defines=defines,
+                flags=[*openmp, *flags],
+                pre_include=COMPAT_SYMBOLS,
+                path_map=path_map,
+            )
+            return Step(
+                f"compile {source.relative_to(kernel_dir)}",
+                argv,
+                output,
+                compilers=(plan.cxx,),
+                tuning=tuple(scratch.gcc_flags()),
+            )
+        return None  # headers, and sources of other languages
+
+    for name, kernel in plan.sections().items():
+        includes = [kernel_dir / d for d in kernel.include]
+        section_dirs.update(dict.fromkeys(includes))
+        includes += [dependencies[d].include for d in kernel.depends if d != "torch"]
+        cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
+        for src in kernel.src:
+            source = kernel_dir / src
+            section_dirs[source.parent] = None
+            output = work / "obj" / name / (src.replace("/", "__") + ".o")
+            step = compile_step(
+                source,
+                output,
+                [*includes, *torch_includes],
+                kernel.cxx_flags,
+                cuda_flags,
+                plan.section_capabilities.get(name, []),
+            )
+            if step is not None:
+                compiles.append(step)
+    # The binding sees its own include dirs and the sections' (as one CMake target does).
+    binding_includes = [*(kernel_dir / d for d in torch_section.include), *section_dirs, *torch_includes]
+    for src in torch_section.src:
+        source = kernel_dir / src
+        output = work / "obj" / "torch" / (src.replace("/", "__") + ".o")
+        step = compile_step(source, output, binding_includes, torch_section.cxx_flags, [], plan.capabilities)
+        if step is not None:
+            compiles.append(step)
+    # The build's own module: a few lines, compiled every time (not cached: its path is the stage's).
+    argv = cxx_compile(
+        plan.cxx,
+        module_source,
+        work / "obj" / "module.cpp.o",
+        includes=[plan.torch.python_include],
+        defines=[f"Py_LIMITED_API={PY_LIMITED_API}"],
+        flags=[],
+        # In the stage: mapped like the scratch folder (this step is never cached).
+        path_map=PathMap({**path_map.folders, **scratch.folders}),
+    )
+    compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
+    # nvcc compiles a file's CUDA architectures in parallel with the cores the
+    # other compiles leave idle (one .cu among four compiles on 16 cores: 4 threads).
+    threads = parallel.nvcc_threads(len(compiles)) if parallel else 1
+    if plan.nvcc is not None and threads > 1:
+        nvcc = str(plan.nvcc.path)
+        compiles = [
+            replace(s, tuning=(*s.tuning, f"--threads={threads}")) if s.argv[0] == nvcc else s for s in compiles
+        ]
+
+    libs = ["c10", "torch", "torch_cpu"]
+    lib_dirs = [plan.torch.lib_dir]
+    if plan.nvcc is not None:
+        cudart = plan.nvcc.cudart
+        libs += ["c10_cuda", "torch_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
+        lib_dirs.append(cudart.parent)
+    link = Step(
+        f"link {so_path.name}",
+        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),
+        so_path,
+    )
+    return compiles, link
+
+
+def declared_dependencies(config: BuildConfig) -> set[Dependency]:
+    """The dependencies beyond torch that the sections kernel-matrix builds declare."""
+    return {d for backend in BUILDABLE_BACKENDS for k in config.kernels_for(backend).values() for d in k.depends} - {
+        "torch"
+    }
+
+
+def plan_dependencies(plan: BuildPlan) -> dict[str, Resolved]:
+    """Each dependency of the plan's sections, by name: its folder (holding include/),
+    from $KERNEL_MATRIX_DEPS_DIR or the pin's cache (dependencies.resolve)."""
+    found: dict[str, Resolved] = {}
+    for name, kernel in plan.sections().items():
+        for dependency in kernel.depends:
+            if dependency != "torch" and dependency not in found:
+                where = f"{plan.kernel_dir / 'build.toml'}: [kernel.{name}]"
+                found[dependency] = resolve_dependency(dependency, where)
+    return found
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    variant_dir: Path
+    compiled: int  # objects compiled
+    cached: int  # objects taken from the cache
+
+
+def build_variant(
+    plan: BuildPlan,
+    out_dir: Path,
+    *,
+    on_step: Callable[[Step, bool], None] = lambda step, cached: None,
+    jobs: int | None = None,
+    cache: ObjectCache | None = None,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build plan's variant into out_dir/<variant>/, atomically.
+
+    jobs: parallel compiles (default: from cores and memory); cache: where
+    compiled objects are looked up and stored (None: always compile)."""
+    final = out_dir.resolve() / plan.variant.name
+    general = plan.config.general
+    parallel = plan_parallelism(1, max_jobs=str(jobs) if jobs else None)
+    counts = {True: 0, False: 0}
+
+    def done(step: Step, cached: bool) -> None:
+        if step.compilers:
+            counts[cached] += 1
+        on_step(step, cached)
+
+    with staged(final) as stage:
+        work = stage / ".work"
+        so_path = stage / f"{plan.module}.abi3.so"
+        compiles, link = build_steps(plan, work, so_path, parallel=parallel)
+        try:
+            run_steps(
+                compiles,
+                link,
+                cwd=plan.kernel_dir,
+                on_done=done,
+                jobs=parallel.compiles,
+                cache=cache,
+                progress=progress,
+            )
+        except BuildError as exc:
+            if not exc.log:
+                raise
+            log_path = BuildDir(out_dir.resolve()).log(plan.variant.name, "log")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(exc.log)
+            raise BuildError(f"{exc} (full log: {log_path})") from None
+        shutil.rmtree(work)
+        check_shared_libstdcxx(so_path, plan.cxx)
+        write_python_package(
+            stage,
+            plan.kernel_dir / "torch-ext" / general.python_name,
+            name=general.python_name,
+            module=plan.module,
+            kernel_dir=plan.kernel_dir,
+        )
+        write_metadata(
+            stage,
+            name=general.name,
+            module=plan.module,
+            version=general.version,
+            license=general.license,
+            backend=plan.backend,
+            archs=plan.capabilities if plan.backend == "cuda" else None,
+            kernel_git=git_state(plan.kernel_dir),
+            python_depends=python_depends(plan.config, plan.backend),
+            upstream=general.upstream,
+            # The headers of its `depends` are part of what compiled it (variant_dir's
+            # provenance has no place of their own for them): name -> pin and digest.
+            toolchain=toolchain(
+                torch_version=plan.torch.version,
+                python=plan.torch.python,
+                cxx=plan.cxx,
+                nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+            )
+            | {name: found.record() for name, found in plan_dependencies(plan).items()},
+        )
+    return BuildResult(final, compiled=counts[False], cached=counts[True])
+
+
+def needed_libraries(library: Path) -> list[str] | None:
+    """The DT_NEEDED entries of a shared library (readelf, from the binutils every
+    compiler links with); None where readelf is missing."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    result = subprocess.run([readelf, "-d", str(library)], capture_output=True, text=True, check=False)
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", result.stdout)
+
+
+def check_shared_libstdcxx(library: Path, cxx: str) -> None:
+    """An extension must use the process's libstdc++, the one torch uses: a private,
+    statically linked copy keeps its own iostream and locale state, and the first
+    std:: object that crosses to torch (an error message formatting a shape) crashes.
+    Some toolchains' g++ links libstdc++ statically by default."""
+    needed = needed_libraries(library)
+    if needed is not None and not any(name.startswith("libstdc++.so") for name in needed):
+        raise ToolchainError(
+            f"{cxx} linked libstdc++ statically into {library.name}: the extension would crash when it hands "
+            "std:: objects to torch; use a g++ that links libstdc++ shared (set CXX, e.g. CXX=/usr/bin/g++)"
+        )
+
+
+def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:
+    """logs/<variant>.build.json: what a container build reports in its summary."""
+    stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stats) + "\n")
+
+
+def python_depends(config: BuildConfig, backend: str) -> list[str]:
+    """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order)."""
+    general = config.general
+    backend_table = {"cuda": general.cuda, "xpu": general.xpu, "tpu": general.tpu, "neuron": general.neuron}.get(
+        backend
+    )
+    return [*(general.python_depends or []), *((backend_table.python_depends if backend_table else None) or [])]
+
+
+def build_noarch(
+    kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None, config: BuildConfig | None = None
+) -> list[Path]:
+    """A Python-only kernel ([torch-noarch]): one variant per backend, torch-<backend>/,
+    holding its package, _ops.py and metadata.json; nothing is compiled."""
+    kernel_dir = kernel_dir.resolve()
+    config = config or load_build_toml(kernel_dir)
+    general, noarch = config.general, config.torch_noarch
+    assert noarch is not None
+    package = kernel_dir / "torch-ext" / general.python_name
+    files = package_files(package, kernel_dir)
+    for backend in backends or []:
+        if backend not in general.backends:
+            raise ConfigError(
+                f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends {general.backends}"
+            )
+    digest = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+    for path in files:
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    made = []
+    for backend in backends or general.backends:
+        module = f"_{general.python_name}_{backend}_{digest.hexdigest()[:7]}"
+        archs = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
+        with staged(out_dir.resolve() / f"torch-{backend}") as stage:
+            write_python_package(
+                stage, package, name=general.python_name, module=module, kernel_dir=kernel_dir, noarch=True
+            )
+            write_metadata(
+                stage,
+                name=general.name,
+                module=module,
+                version=general.version,
+                license=general.license,
+                backend=backend,
+                archs=archs,
+                kernel_git=git_state(kernel_dir),
+                python_depends=python_depends(config, backend),
+                upstream=general.upstream,
+            )
+        made.append(out_dir.resolve() / f"torch-{backend}")
+    return made

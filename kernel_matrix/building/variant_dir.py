@@ -1,0 +1,177 @@
+"""The directory a variant is published as (what `kernels` >= 0.14 loads):
+
+    build/<variant>/__init__.py, other torch-ext/<name>/*.py
+                    _ops.py                      (binds the unique op namespace)
+                    _<name>_<backend>_<hash>.abi3.so
+                    metadata.json                (with a sha256 digest of every file)
+
+No `<name>/` compat folder: kernel-builder stopped generating it
+(huggingface/kernels#736); `kernel-matrix test` makes `import <name>` the
+variant package from a temporary folder instead (testing.py).
+
+A variant is assembled in a staging directory beside its final place and
+renamed into place, so a failed or interrupted build never leaves a partial one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from kernel_matrix import __version__
+from kernel_matrix.building.provenance import GitState, builder_git_state
+from kernel_matrix.errors import ConfigError
+from kernel_matrix.layout import METADATA
+
+# What the digest leaves out, as the kernels loader does.
+_UNHASHED_DIRS = {"__pycache__"}
+_UNHASHED_SUFFIXES = {".pyc"}
+
+
+def render_template(template: str, **values: str) -> str:
+    text = resources.files("kernel_matrix").joinpath(f"templates/{template}").read_text()
+    return Template(text).substitute(values)
+
+
+def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
+    """The files of the kernel's Python package (torch-ext/<name>/), in order.
+
+    Links are followed only to regular files inside the kernel directory: a
+    link to a host file would otherwise be copied into the variant and published."""
+    root = kernel_dir.resolve()
+    found = []
+    for directory, dirs, files in os.walk(package_src, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _UNHASHED_DIRS)
+        for name in [*dirs, *files]:
+            path = Path(directory) / name
+            if path.is_symlink() and (path.is_dir() or not path.resolve().is_relative_to(root)):
+                raise ConfigError(
+                    f"{path}: a link {'to a folder' if path.is_dir() else 'out of ' + str(root)}: "
+                    "the package may only hold the kernel's own files"
+                )
+        found += [Path(directory) / f for f in files if Path(f).suffix not in _UNHASHED_SUFFIXES]
+    # The package folder itself (or torch-ext/) may be a link: every file must resolve inside.
+    for path in found:
+        if not path.resolve().is_relative_to(root):
+            raise ConfigError(
+                f"{path}: resolves out of {root} (a linked folder): the package may only hold the kernel's own files"
+            )
+    return sorted(p for p in found if p.is_file())
+
+
+def write_python_package(
+    variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path, noarch: bool = False
+) -> None:
+    """Copy the kernel's Python package whole (subpackages and data files too)
+    and generate _ops.py (noarch: no extension module to import)."""
+    for source in package_files(package_src, kernel_dir):
+        target = variant_dir / source.relative_to(package_src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    (variant_dir / "_ops.py").write_text(
+        render_template("_ops_noarch.py.in" if noarch else "_ops.py.in", module=module)
+    )
+
+
+def variant_files(variant_dir: Path) -> list[Path]:
+    """Every file of a variant, metadata.json included, but what the loader's digest
+    leaves out (__pycache__, .pyc), in order."""
+    return [
+        path
+        for path in sorted(variant_dir.rglob("*"))
+        if path.is_file()
+        and not _UNHASHED_DIRS & set(path.relative_to(variant_dir).parts)
+        and path.suffix not in _UNHASHED_SUFFIXES
+    ]
+
+
+def digest_files(variant_dir: Path) -> dict[str, str]:
+    """sha256 (base64) of every file but metadata.json, keyed by relative POSIX path."""
+    digests = {}
+    for path in variant_files(variant_dir):
+        relative = path.relative_to(variant_dir).as_posix()
+        if relative != METADATA:
+            digests[relative] = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode("ascii")
+    return digests
+
+
+def write_metadata(
+    variant_dir: Path,
+    *,
+    name: str,
+    module: str,
+    version: int,
+    license: str,
+    backend: str,
+    archs: list[str] | None,
+    kernel_git: GitState | None,
+    python_depends: list[str],
+    upstream: str | None = None,
+    toolchain: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """toolchain: provenance.toolchain(), for compiled variants. The git states
+    (the kernel's and kernel-matrix's) and the toolchain are what a rebuild
+    needs to give the same bytes; nothing here depends on where or when it is built."""
+    builder_git = builder_git_state()
+    metadata = {
+        "name": name,
+        "id": module,
+        "version": version,
+        "license": license,
+        **({"upstream": upstream} if upstream else {}),
+        "python-depends": python_depends,
+        "backend": {"type": backend, **({"archs": archs} if archs is not None else {})},
+        "digest": {"algorithm": "sha256", "files": digest_files(variant_dir)},
+        "provenance": {
+            # The loader reads kernel-builder's git state beside its version.
+            "kernel-builder": {"version": f"kernel-matrix {__version__}", **(_git(builder_git) if builder_git else {})},
+            **({"kernel": _git(kernel_git)} if kernel_git else {}),
+            **({"toolchain": toolchain} if toolchain else {}),
+        },
+    }
+    (variant_dir / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=False) + "\n")
+    return metadata
+
+
+def _git(state: GitState) -> dict[str, Any]:
+    return {"commit": state.commit, "dirty": state.dirty}
+
+
+@contextmanager
+def staged(final: Path) -> Iterator[Path]:
+    """Yield an empty staging directory; on success it replaces `final` whole.
+
+    On any exception (or interrupt) the staging directory is removed and
+    `final`, old or absent, is left as it was.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
+    try:
+        yield stage
+        replace_dir(stage, final)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def replace_dir(new: Path, final: Path) -> None:
+    """Move the directory new to final, replacing any old final whole."""
+    # Directories cannot be renamed over non-empty ones: move the old one aside
+    # first, so that `final` is never a mix of two builds.
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.replace(final, old / final.name)
+    os.replace(new, final)
+    os.chmod(final, 0o755)  # mkdtemp makes 0700 directories
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""ABI checks of a built extension with kernel-abi-check (the checker
+kernel-builder uses): Python's limited API, and manylinux symbol versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernel_matrix.errors import AbiError, ConfigError
+
+# abi3 for every CPython >= 3.9, as the variant's .abi3.so name promises.
+PYTHON_ABI = "3.9"
+MANYLINUX = "manylinux_2_28"
+
+
+@dataclass(frozen=True)
+class AbiReport:
+    library: Path
+    python_abi: str
+    manylinux: str | None
+    abi3_violations: list[str] = field(default_factory=list)
+    manylinux_violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.abi3_violations and not self.manylinux_violations
+
+
+def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX) -> AbiReport:
+    # Imported here: the CLI (imported in build containers, which lack it) reads this module's policy.
+    import kernel_abi_check
+
+    try:
+        obj = kernel_abi_check.ObjectFile(str(library))
+        abi3 = [_describe(v) for v in obj.check_python_abi(python_abi)]
+        linux = [_describe(v) for v in obj.check_manylinux(manylinux)] if manylinux else []
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"{library}: cannot check the ABI: {exc}") from None
+    return AbiReport(library, python_abi, manylinux, abi3, linux)
+
+
+def check_variant(
+    variant_dir: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX
+) -> list[AbiReport]:
+    """A report for every library of a compiled variant; one without a .so is refused."""
+    return [
+        check_library(library, python_abi=python_abi, manylinux=manylinux) for library in variant_libraries(variant_dir)
+    ]
+
+
+def gate(variant_dir: Path, name: str, *, manylinux: str | None = MANYLINUX) -> list[AbiReport]:
+    """The ABI gate every variant passes before it replaces a built one or is released:
+    kernel-abi-check on each .so; the first failing library is one AbiError line."""
+    reports = check_variant(variant_dir, manylinux=manylinux)
+    for report in reports:
+        if not report.ok:
+            problems = "; ".join([*report.abi3_violations, *report.manylinux_violations][:3])
+            rules = f"{report.manylinux or 'no manylinux policy'}, abi3 {report.python_abi}"
+            raise AbiError(f"{name}: {report.library.name} fails the ABI check ({rules}): {problems}")
+    return reports
+
+
+def variant_libraries(variant_dir: Path) -> list[Path]:
+    libraries = sorted(variant_dir.glob("*.so"))
+    if not libraries:
+        raise ConfigError(f"{variant_dir}: no .so to check")
+    return libraries
+
+
+def _describe(violation: object) -> str:
+    name = getattr(violation, "name", None)
+    dep, version = getattr(violation, "dep", None), getattr(violation, "version", None)
+    if name and dep and version:
+        return f"{name} needs {dep} {version}"
+    return str(violation)

@@ -1,0 +1,193 @@
+"""Run the kernel's own test suite against a built variant, as users get it:
+loaded by the real `kernels` loader in a fresh Python process, never by
+importing the kernel's source tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kernel_matrix.building.variant_dir import render_template
+from kernel_matrix.errors import ConfigError, TestFailure
+from kernel_matrix.layout import METADATA, is_built
+
+if TYPE_CHECKING:
+    from kernel_matrix.config.buildtoml import BuildConfig
+
+# The kernel's conftest.py reads the variant to load from here...
+VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
+# ...or the installed package (a wheel's) to import.
+INSTALLED_ENV = "KERNEL_MATRIX_INSTALLED_PACKAGE"
+
+
+def resolve_variant_dir(target: str, build_dir: Path) -> Path:
+    """A variant directory, given its path or its name under build_dir."""
+    path = Path(target)
+    candidate = path if path.is_dir() else build_dir / target
+    if not is_built(candidate):
+        raise ConfigError(
+            f"{target}: not a built variant (no {candidate / METADATA}); "
+            f"run `kernel-matrix build` first or pass a variant directory"
+        )
+    try:
+        json.loads((candidate / METADATA).read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{candidate / METADATA}: invalid JSON: {exc}") from None
+    return candidate.resolve()
+
+
+def run_installed_tests(
+    package: str, tests_dir: Path, *, python: str | None = None, pytest_args: Sequence[str] = ()
+) -> None:
+    """Run tests_dir against `package` as installed in python's environment (a wheel)."""
+    _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
+
+
+def run_kernel_tests(
+    variant_dir: Path,
+    kernel_dir: Path,
+    *,
+    python: str | None = None,
+    pytest_args: Sequence[str] = (),
+    local_kernels: Mapping[str, Path] | None = None,
+) -> str:
+    """Run the kernel's own tests/ against a built variant, unmodified, as
+    kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
+    their `kernels.get_kernel("<repo-id>", version=N)` load this build (and
+    local_kernels, {repo-id: variant}, the matrix's other kernels built for it),
+    and `import <name>` (submodules too) is the variant package itself. Where
+    the kernel marks CI tests (`kernels_ci`), only those run. None collected is
+    a pass, as upstream's CI takes it. Returns what ran; raises TestFailure if it failed."""
+    from kernel_matrix.config.buildtoml import load_build_toml
+
+    tests = kernel_dir / "tests"
+    if not tests.is_dir():
+        return f"{kernel_dir.name} has no tests/: nothing to run"
+    config = load_build_toml(kernel_dir)
+    repo_id = hub_repo_id(config)
+    marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
+    metadata = json.loads((variant_dir / METADATA).read_text())
+    module = metadata.get("id") if isinstance(metadata, dict) else None
+    # The id is written into the generated alias module (package_alias.py.in): only
+    # a Python module name, as every build writes, may reach its source text.
+    if not isinstance(module, str) or not module.isidentifier():
+        raise ConfigError(
+            f"{variant_dir / METADATA}: id {json.dumps(module)[:80]} is not a Python module name: "
+            "not a variant kernel-matrix built"
+        )
+    env = {
+        VARIANT_ENV: str(variant_dir),
+        "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
+        # Never the Hub's build instead of this one (a test naming another repo id fails, not downloads).
+        "HF_HUB_OFFLINE": "1",
+        # The kernel's tests folder is read, never written (it may be someone else's checkout).
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    args = [*(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []), *pytest_args]
+    # A copy of tests/ in a folder of its own: the kernel's sources (a `relu/` source
+    # folder beside tests/) can never shadow the variant under test.
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
+        copy = Path(scratch) / "tests"
+        shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
+        # kernel-builder's layout beside it, <kernel>/build/<variant>: suites whose conftest looks
+        # for the built variant there (maxsim's) find this one. A link inside the scratch folder only.
+        (Path(scratch) / "build").mkdir()
+        (Path(scratch) / "build" / variant_dir.name).symlink_to(variant_dir.resolve(), target_is_directory=True)
+        # `import <name>` for tests that import the package by name: an alias beside the
+        # copy, on PYTHONPATH (so subprocesses the tests start have it too); the variant
+        # folder gets nothing added, so its digest still holds for the loader.
+        alias = Path(scratch) / "import" / config.general.python_name
+        alias.mkdir(parents=True)
+        (alias / "__init__.py").write_text(
+            render_template(
+                "package_alias.py.in",
+                module=module,
+                name=config.general.python_name,
+                variant=repr(str(variant_dir)),
+            )
+        )
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(alias.parent), os.environ.get("PYTHONPATH")]))
+        # Run from the copy's parent, as from a kernel's root: `python -m pytest` puts the
+        # working folder on sys.path, where activation's tests/kernels/ would shadow `kernels`.
+        code = _run_pytest(
+            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch)
+        )
+    if code == NO_TESTS_COLLECTED:
+        marker = " marked kernels_ci" if marked else ""
+        return f"0 tests of {config.general.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
+    return f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}"
+
+
+def hub_repo_id(config: BuildConfig) -> str:
+    """The repo id users' `kernels.get_kernel` names the kernel by."""
+    return config.general.hub.repo_id or f"kernels-community/{config.general.name}"
+
+
+def built_alongside(variant: str, build_folders: Mapping[str, Path]) -> dict[str, Path]:
+    """LOCAL_KERNELS entries for the matrix's other kernels ({repo id: its build
+    folder}): the variant of the same name where it is built, else the build folder
+    where it holds variants (the loader picks the one for this torch, as from a
+    kernel-builder build/), else none: a test loading it fails, offline, naming it."""
+    found = {}
+    for repo_id, folder in build_folders.items():
+        if is_built(folder / variant):
+            found[repo_id] = (folder / variant).resolve()
+        elif folder.is_dir() and any(is_built(d) for d in folder.iterdir()):
+            found[repo_id] = folder.resolve()
+    return found
+
+
+def local_kernels_value(variants: Mapping[str, Path]) -> str:
+    """LOCAL_KERNELS for the `kernels` loader: repo-id=path entries, ':'-separated."""
+    for path in variants.values():
+        if ":" in str(path):
+            raise ConfigError(
+                f"{path}: LOCAL_KERNELS cannot name a path with ':' (the loader splits entries on it); "
+                "use a build folder whose path has none"
+            )
+    return ":".join(f"{repo_id}={path}" for repo_id, path in variants.items())
+
+
+# pytest's exit code when it collected nothing.
+NO_TESTS_COLLECTED = 5
+
+
+def _run_pytest(
+    selection: dict[str, str],
+    name: str,
+    tests_dir: Path,
+    *,
+    python: str | None,
+    pytest_args: Sequence[str],
+    allow_empty: bool = False,
+    cwd: Path | None = None,
+) -> int:
+    env = {**{k: v for k, v in os.environ.items() if k not in (VARIANT_ENV, INSTALLED_ENV)}, **selection}
+    if python and os.sep in python:
+        python = str(Path(python).absolute())  # the tests run in another folder
+    argv = [
+        python or sys.executable,
+        "-m",
+        "pytest",
+        str(tests_dir.resolve()),
+        "-p",
+        "no:cacheprovider",
+        f"--rootdir={(cwd or tests_dir).resolve()}",
+        *pytest_args,
+    ]
+    # cwd is the tests folder (or a scratch copy's parent): nothing of the service or
+    # the kernel's sources is importable.
+    try:
+        code = subprocess.run(argv, cwd=cwd or tests_dir, env=env, check=False).returncode
+    except OSError as exc:
+        raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
+    if code != 0 and not (allow_empty and code == NO_TESTS_COLLECTED):
+        raise TestFailure(f"the test suite of {name} failed (pytest exit {code})")
+    return code

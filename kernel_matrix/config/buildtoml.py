@@ -1,0 +1,431 @@
+"""kernel/build.toml (kernel-builder's format, edition 5): parsed and validated.
+
+Unknown keys are errors, as in kernel-builder, so a typo never silently builds
+something else."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, cast
+
+from packaging.version import Version as PackagingVersion
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kernel_matrix.config.configfile import read_config
+from kernel_matrix.config.section import Section
+from kernel_matrix.config.sourcelines import toml_key_position, where
+from kernel_matrix.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+# Every backend kernel-builder knows; [kernel.*] sections take the first five.
+Backend = Literal["cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu"]
+# What kernel-matrix compiles (Linux, x86_64/aarch64): sections of other
+# backends are read, checked and skipped.
+BUILDABLE_BACKENDS = ("cpu", "cuda")
+# kernels-data's Dependency enum (deps.rs): C++ dependencies a kernel section may name.
+Dependency = Literal[
+    "torch",
+    "cutlass_2_10",
+    "cutlass_3_5",
+    "cutlass_3_6",
+    "cutlass_3_8",
+    "cutlass_3_9",
+    "cutlass_4_0",
+    "cutlass_4_4",
+    "cutlass_4_5",
+    "sycl_tla",
+    "metal-cpp",
+]
+# A version in build.toml is a string of dot-separated numbers ("2.10").
+Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
+# A CUDA capability: 9.0, architecture-specific 9.0a / 10.0f, and any of them with
+# kernel-builder's "+PTX" (9.0+PTX: its PTX is embedded too, for later GPUs to JIT).
+Capability = Annotated[str, Field(pattern=r"^\d+\.\d+[af]?(\+PTX)?$")]
+
+
+class Hub(Section):
+    repo_id: str | None = None
+    branch: str | None = None
+
+
+class KernelDependency(Section):
+    """Another Hub kernel this one loads: by version (a v<N> branch) or revision."""
+
+    repo_id: str
+    version: int | None = Field(default=None, strict=True)  # not a boolean
+    revision: str | None = None
+
+    @model_validator(mode="after")
+    def _one_ref(self) -> KernelDependency:
+        if (self.version is None) == (self.revision is None):
+            raise ValueError("give exactly one of `version` and `revision`")
+        return self
+
+
+class BackendDepends(Section):
+    python_depends: list[str] | None = None
+    kernel_depends: list[KernelDependency] | None = None  # edition 5
+
+
+class CudaGeneral(BackendDepends):
+    minver: Version | None = None
+    maxver: Version | None = None
+
+
+class TpuGeneral(Section):  # edition 5
+    python_depends: list[str] | None = None
+
+
+class General(Section):
+    name: str = Field(pattern=r"^[a-z][-a-z0-9]*[a-z0-9]$")
+    # strict: `version = true` is no version (pydantic would read it as 1).
+    version: int = Field(ge=0, strict=True)
+    edition: int | None = None  # 5; absent in edition 4 files (upgraded in memory)
+    license: str
+    upstream: str | None = None
+    source: str | None = None
+    backends: list[Backend] = Field(min_length=1)
+    python_depends: list[str] | None = None
+    kernel_depends: list[KernelDependency] | None = None  # edition 5
+    hub: Hub = Hub()
+    cuda: CudaGeneral | None = None
+    neuron: BackendDepends | None = None
+    xpu: BackendDepends | None = None
+    tpu: TpuGeneral | None = None  # edition 5
+
+    @property
+    def python_name(self) -> str:
+        """The Python package (torch-ext/<python_name>/): layer-norm -> layer_norm, as kernel-builder maps it."""
+        return self.name.replace("-", "_")
+
+
+class Torch(Section):
+    src: list[str] = []
+    include: list[str] = []
+    pyext: list[str] = []
+    minver: Version | None = None
+    maxver: Version | None = None
+    cxx_flags: list[str] = []
+    # Edition 4: one version for every backend; edition 5 also takes {backend = version}.
+    stable_abi: Version | dict[Backend, Version] | None = None
+
+    def stable_abi_for(self, backend: str) -> str | None:
+        """The torch version whose stable ABI this backend's build targets, if any."""
+        if isinstance(self.stable_abi, dict):
+            # Any backend may be asked for: one the table does not name has none.
+            return self.stable_abi.get(cast(Backend, backend))
+        return self.stable_abi
+
+
+class TorchNoarch(BaseModel):
+    """A Python-only kernel. kernel-builder spells these keys in snake_case."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    pyext: list[str] = []
+    cuda_capabilities: list[Capability] | None = None
+    rocm_archs: list[str] | None = None
+
+
+class TvmFfi(Section):
+    src: list[str]
+    include: list[str] = []
+    pyext: list[str] = []
+    cxx_flags: list[str] = []
+
+
+class _KernelSection(Section):
+    depends: list[Dependency]
+    src: list[str] = Field(min_length=1)
+    include: list[str] = []
+    cxx_flags: list[str] = []
+
+
+class CpuKernel(_KernelSection):
+    backend: Literal["cpu"]
+
+
+class CudaKernel(_KernelSection):
+    backend: Literal["cuda"]
+    cuda_capabilities: list[Capability] | None = None
+    cuda_flags: list[str] = []
+    cuda_minver: Version | None = None
+
+
+class MetalKernel(_KernelSection):
+    backend: Literal["metal"]
+
+
+class RocmKernel(_KernelSection):
+    backend: Literal["rocm"]
+    rocm_archs: list[str] | None = None
+    hip_flags: list[str] = []
+
+
+class XpuKernel(_KernelSection):
+    backend: Literal["xpu"]
+    sycl_flags: list[str] = []
+
+
+Kernel = Annotated[CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel, Field(discriminator="backend")]
+_KERNEL_MODELS: dict[str, type[_KernelSection]] = {
+    "cpu": CpuKernel,
+    "cuda": CudaKernel,
+    "metal": MetalKernel,
+    "rocm": RocmKernel,
+    "xpu": XpuKernel,
+}
+FRAMEWORKS = ("torch", "torch-noarch", "tvm-ffi")
+
+
+class BuildConfig(Section):
+    general: General
+    torch: Torch | None = None
+    torch_noarch: TorchNoarch | None = None
+    tvm_ffi: TvmFfi | None = None
+    kernel: dict[str, Kernel] = {}
+
+    @property
+    def noarch(self) -> bool:
+        """A Python-only kernel: one variant per backend (torch-<backend>), nothing compiled."""
+        return self.torch_noarch is not None
+
+    def kernels_for(self, backend: str) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
+        """The [kernel.*] sections compiled into a variant of this backend: that
+        backend's only, as kernel-builder builds them (a CUDA variant that also
+        serves CPU tensors lists its CPU sources in its CUDA section)."""
+        return {name: k for name, k in self.kernel.items() if k.backend == backend}
+
+    def refuses(self, backend: str, torch: str, cuda: str | None) -> str | None:
+        """Why this kernel rules out a backend, torch minor and CUDA version: general.backends,
+        [torch] minver/maxver, [general.cuda] minver/maxver (None: it does not)."""
+        if backend not in self.general.backends:
+            return f"backend '{backend}' is not in general.backends {self.general.backends}"
+        torch_range = (self.torch.minver, self.torch.maxver) if self.torch else (None, None)
+        limits = [("torch", torch, *torch_range)]
+        if cuda and self.general.cuda:
+            limits.append(("general.cuda", cuda, self.general.cuda.minver, self.general.cuda.maxver))
+        for what, version, low, high in limits:
+            if low and PackagingVersion(version) < PackagingVersion(low):
+                return f"{what}.minver is {low}, not {version}"
+            if high and PackagingVersion(version) > PackagingVersion(high):
+                return f"{what}.maxver is {high}, not {version}"
+        return None
+
+    def skipped_sections(self) -> list[str]:
+        """[kernel.*] sections of backends kernel-matrix does not build (metal, rocm, xpu)."""
+        return [name for name, k in self.kernel.items() if k.backend not in BUILDABLE_BACKENDS]
+
+
+def load_build_toml(kernel_dir: Path) -> BuildConfig:
+    """Parse kernel_dir/build.toml; any problem is one ConfigError line with file:line:col."""
+    path = kernel_dir / "build.toml"
+    text = read_config(path, "build.toml")  # its size, before any of it is parsed
+    _check_nesting(path, text)
+    try:
+        raw = tomllib.loads(text)
+    except RecursionError:  # a backstop: _check_nesting's limit is far below Python's
+        raise ConfigError(f"{path}: nested too deeply; refusing to read it") from None
+    except tomllib.TOMLDecodeError as exc:
+        # Python < 3.14 keeps the position only in the message text.
+        position = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line, col = (int(position.group(1)), int(position.group(2))) if position else (1, 1)
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
+    _check_edition(path, text, raw)
+    try:
+        config = BuildConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_first_problem(path, text, raw, exc)) from None
+    _check_framework(path, text, raw, config)
+    _check_sources(path, text, kernel_dir, config)
+    return config
+
+
+# Arrays and inline tables nest two or three levels in a real build.toml; tomllib
+# parses them recursively (5000 levels was a RecursionError traceback).
+MAX_TOML_DEPTH = 32
+
+
+def _check_nesting(path: Path, text: str) -> None:
+    """Refuse arrays or inline tables nested over MAX_TOML_DEPTH levels before
+    tomllib reads them: brackets and braces are counted outside strings and
+    comments (a table header's brackets count too, and close on their line)."""
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif char == "#":  # a comment, to the end of its line
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif char in "\"'":
+            quote = char * 3 if text.startswith(char * 3, i) else char
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                if text[i] == "\\" and char == '"':
+                    i += 1  # a basic string's escape: \" does not end it
+                elif text[i] == "\n":
+                    if len(quote) == 1:
+                        break  # a one-line string ends at its line (tomllib says what is wrong)
+                    line += 1
+                i += 1
+            i += len(quote)
+            # A multi-line string may end with one or two more quotes, which are its text.
+            while len(quote) == 3 and i < n and text[i] == char:
+                i += 1
+            continue
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_TOML_DEPTH:
+                raise ConfigError(
+                    f"{path}:{line}: arrays or tables nested over {MAX_TOML_DEPTH} levels deep; refusing to read it"
+                )
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+
+
+# What edition 5 added; an edition 4 file (no `edition` key) may not use it.
+_EDITION_5_ONLY = [
+    ("general", "kernel-depends"),
+    ("general", "tpu"),
+    *(("general", backend, "kernel-depends") for backend in ("cuda", "neuron", "xpu")),
+]
+
+
+def _check_edition(path: Path, text: str, raw: dict[str, Any]) -> None:
+    """Edition 5 as is, edition 4 (no `edition`) upgraded in memory, older ones refused."""
+    section = raw.get("general")
+    general: dict[str, Any] = section if isinstance(section, dict) else {}
+    edition = general.get("edition")
+    migrate = "migrate it with `kernel-builder update-build` (it writes edition 5)"
+    if edition is None:
+        if "backends" not in general:
+            line, col = toml_key_position(text, ("general",))
+            raise ConfigError(f"{where(path, line, col)}: edition 3 or older (no general.backends): {migrate}")
+        for loc in _EDITION_5_ONLY:
+            if _lookup(raw, loc) is not None:
+                line, col = toml_key_position(text, loc)
+                raise ConfigError(
+                    f"{where(path, line, col)}: '{'.'.join(loc)}' needs edition 5: add `edition = 5` to [general]"
+                )
+        abi = _lookup(raw, ("torch", "stable-abi"))
+        if isinstance(abi, dict):
+            line, col = toml_key_position(text, ("torch", "stable-abi"))
+            raise ConfigError(
+                f"{where(path, line, col)}: a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`"
+            )
+    elif edition != 5 or isinstance(edition, bool):
+        line, col = toml_key_position(text, ("general", "edition"))
+        hint = migrate if isinstance(edition, int) and edition < 5 else "kernel-builder knows edition 5 (or none: 4)"
+        raise ConfigError(f"{where(path, line, col)}: general.edition = {edition!r} is not supported: {hint}")
+
+
+def _lookup(data: object, loc: tuple[str, ...]) -> object:
+    for key in loc:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _check_framework(path: Path, text: str, raw: dict[str, Any], config: BuildConfig) -> None:
+    found = [name for name in FRAMEWORKS if name in raw]
+    if len(found) != 1:
+        line, col = toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)
+        raise ConfigError(
+            f"{where(path, line, col)}: a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] "
+            f"(found {', '.join(f'[{n}]' for n in found) or 'none'})"
+        )
+    if config.tvm_ffi is not None:
+        line, col = toml_key_position(text, ("tvm-ffi",))
+        raise ConfigError(
+            f"{where(path, line, col)}: [tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and "
+            "[torch-noarch] kernels)"
+        )
+
+
+def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The model of the table at loc (for "did you mean" on an unknown key)."""
+    model: type[BaseModel] | None = BuildConfig
+    for index, part in enumerate(loc):
+        if model is BuildConfig and part == "kernel" and index + 1 < len(loc):
+            backend = _lookup(raw, ("kernel", str(loc[index + 1]), "backend"))
+            return _KERNEL_MODELS.get(str(backend)) if index + 2 == len(loc) else None
+        field = next((f for n, f in (model.model_fields.items() if model else []) if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        inner = [a for a in getattr(field.annotation, "__args__", (field.annotation,)) if isinstance(a, type)]
+        model = next((a for a in inner if issubclass(a, BaseModel)), None)
+    return model
+
+
+def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationError) -> str:
+    error: Mapping[str, Any] = exc.errors()[0]
+    loc = tuple(error["loc"])
+    # A [kernel.*] section's errors carry its backend tag after the name: not a key of the file.
+    if len(loc) >= 3 and loc[0] == "kernel" and loc[2] in _KERNEL_MODELS:
+        loc = loc[:2] + loc[3:]
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a [kernel.*] section's backend
+        backend = _lookup(raw, (*map(str, loc), "backend"))
+        loc = (*loc, "backend")
+        if backend is None:
+            error = {"type": "missing"}
+        else:
+            error = {"type": "", "input": backend, "msg": f"expected one of {', '.join(_KERNEL_MODELS)}"}
+    line, col = toml_key_position(text, loc)
+    dotted = ".".join(str(part) for part in loc)
+    if error["type"] == "extra_forbidden":
+        model = _section_model(raw, loc[:-1])
+        known = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        what = f"unknown key '{dotted}'" + (f"; did you mean '{close[0]}'?" if close else "")
+    elif error["type"] == "missing":
+        what = f"missing required key '{dotted}'"
+    else:
+        what = f"'{dotted}' = {error.get('input')!r}: {error['msg']}"
+    return f"{where(path, line, col)}: {what}"
+
+
+# A [kernel.<name>] section's name: it names a folder of object files, so no
+# path separators or dots (the kernels of kernels-community use a-z, 0-9, _ and -).
+SECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def _check_sources(path: Path, text: str, kernel_dir: Path, config: BuildConfig) -> None:
+    """Section names are plain names; every path resolves inside the kernel
+    directory (what the kernel's commit covers); source files exist."""
+    for name in config.kernel:
+        if not SECTION_NAME.match(name):
+            line = next(
+                (i for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith("[") and name in ln), 1
+            )
+            raise ConfigError(
+                f"{where(path, line, 1)}: [kernel.{json.dumps(name)}]: a section name may only hold letters, "
+                "digits, '_' and '-'"
+            )
+    root = kernel_dir.resolve()
+    lists: list[tuple[tuple[str, ...], list[str], bool]] = []
+    if config.torch is not None:
+        lists += [(("torch", "src"), config.torch.src, True), (("torch", "include"), config.torch.include, False)]
+    for name, k in config.kernel.items():
+        lists += [(("kernel", name, "src"), k.src, True), (("kernel", name, "include"), k.include, False)]
+    for loc, entries, are_files in lists:
+        for entry in entries:
+            line, col = toml_key_position(text, loc)
+            resolved = (root / entry).resolve()
+            if Path(entry).is_absolute() or not resolved.is_relative_to(root):
+                raise ConfigError(
+                    f"{where(path, line, col)}: {'.'.join(loc)} entry '{entry}' is outside the kernel directory "
+                    f"{root} (links followed): only the kernel's own files are built"
+                )
+            if are_files and not resolved.is_file():
+                raise ConfigError(f"{where(path, line, col)}: source file '{entry}' does not exist in {kernel_dir}")

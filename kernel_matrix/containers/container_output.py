@@ -1,0 +1,83 @@
+"""What a container wrote, read back by the host.
+
+A build container runs the kernel's build, which runs code the kernel chooses
+(a compiler flag can name a wrapper script). What it leaves in its output
+folder may be a symbolic link to a host file, a hard link, a FIFO that blocks
+a reader, or a device node. Before anything there is read, copied or moved
+into build/, the whole tree is checked once the container is gone (so nothing
+changes it any more): directories and regular files with one link only;
+anything else fails the cell with one line naming it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from kernel_matrix.errors import BuildError
+
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+class UnsafeOutputError(BuildError):
+    """A container left something in its output that is not a plain file or folder."""
+
+
+def check_tree(root: Path, *, owner: tuple[int, int] | None = None) -> None:
+    """Refuse anything under root but directories and singly-linked regular files.
+    owner (uid, gid): give every entry to it and clear set-id bits (a container
+    that ran as another user made them)."""
+
+    def unreadable(error: OSError) -> None:  # a folder it cannot list would go unchecked
+        raise UnsafeOutputError(f"the container's output holds {error.filename}, which cannot be read: refused")
+
+    for directory, dirs, files in os.walk(root, followlinks=False, onerror=unreadable):
+        for name in [*dirs, *files]:
+            path = Path(directory) / name
+            info = os.lstat(path)
+            kind = _KINDS.get(stat.S_IFMT(info.st_mode))
+            if kind is None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                kind = "a hard link"
+            if kind is not None:
+                raise UnsafeOutputError(
+                    f"the container's output holds {path.relative_to(root).as_posix()}, {kind}: refused "
+                    "(a build may only write plain files and folders)"
+                )
+            if owner is not None:
+                os.lchown(path, *owner)
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    if owner is not None:
+        os.lchown(root, *owner)
+
+
+def copy_regular(source: Path, target: Path) -> None:
+    """Copy a regular file without following a link at source (O_NOFOLLOW), even
+    if the tree changed after it was checked."""
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            raise UnsafeOutputError(f"{source}: not a regular file: refused")
+        with open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def strip_set_id_bits(root: Path) -> list[Path]:
+    """Clear the setuid/setgid bits of every regular file under root (links not
+    followed), after a writable `shell`: a program the container marked set-id
+    would run with its owner's rights on the host. Returns the files changed."""
+    changed = []
+    for directory, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            path = Path(directory) / name
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                changed.append(path)
+    return changed

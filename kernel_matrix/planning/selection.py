@@ -1,0 +1,268 @@
+"""What a command works on, resolved once: the matrix file's kernels and cells,
+narrowed by --profile, --only, --variant and --kernel (or one kernel folder given
+by --kernel-dir instead of the matrix's).
+
+A cell is one kernel's variant. The matrix's torch x CUDA x arch grid is the same
+for every kernel; each kernel takes the cells its build.toml allows (its backends,
+torch and CUDA ranges), as kernel-builder filters its build sets
+(nix-builder/lib/build.nix):
+- a backend built against torch's stable ABI gets one cell per CUDA version and
+  arch, built with the newest torch of the selection, named torch-stable-abi<XY>-...;
+- a Python-only kernel ([torch-noarch]) gets one cell per backend, torch-<backend>,
+  tested with the newest torch of the selection.
+
+Without a matrix file (the default build_matrix.yaml missing) in a kernel's folder
+(a build.toml there, or --kernel-dir), the matrix is the one kernel-matrix ships,
+data/default_matrix.yaml, read as if it lay in that folder: its `kernel: .` is the
+folder. `--file` or a build_matrix.yaml in the folder overrides it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS, BuildConfig, load_build_toml
+from kernel_matrix.config.github_event import GithubEvent
+from kernel_matrix.errors import ConfigError
+from kernel_matrix.layout import BuildDir
+from kernel_matrix.planning.matrix import (
+    Cell,
+    Machine,
+    Matrix,
+    check_sources,
+    github_matrix,
+    load_matrix,
+    select,
+    suggest,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """A kernel folder in kernel-builder's layout, with its build.toml read."""
+
+    dir: Path
+    config: BuildConfig
+
+    @property
+    def name(self) -> str:
+        return self.config.general.name
+
+    @staticmethod
+    def load(folder: Path) -> Kernel:
+        return Kernel(folder, load_build_toml(folder))
+
+
+def matrix_kernels(matrix: Matrix) -> list[Kernel]:
+    """The kernels a matrix file names, each folder relative to the file."""
+    kernels: list[Kernel] = []
+    for where, entry in matrix.spec.kernel_entries():
+        folder = matrix.path.parent / entry
+        problem = f"{folder} holds no build.toml (a kernel in kernel-builder's layout)"
+        try:
+            found = (folder / "build.toml").is_file()
+        except OSError as exc:  # is_file() passes on e.g. ENAMETOOLONG (a 5000-character name)
+            found, problem = False, f"cannot be read ({exc.strerror or exc})"
+        if not found:
+            line, col = matrix.located.position(where)
+            raise ConfigError(f"{matrix.path}:{line}:{col}: {'.'.join(map(str, where))} = {entry!r}: {problem}")
+        kernel = Kernel.load(folder)
+        if any(k.name == kernel.name for k in kernels):
+            line, col = matrix.located.position(where)
+            raise ConfigError(f"{matrix.path}:{line}:{col}: a second kernel named {kernel.name!r} ({folder})")
+        kernels.append(kernel)
+    return kernels
+
+
+def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
+    """The cells of `grid` (in its order) that this kernel builds."""
+    config = kernel.config
+    if config.noarch:
+        return _noarch_cells(kernel, grid)
+    cells: dict[str, Cell] = {}
+    for cell in grid:
+        v = cell.variant
+        if config.refuses(v.backend, v.torch, v.cuda) is not None:
+            continue
+        stable = config.torch.stable_abi_for(v.backend) if config.torch else None
+        if stable is None:
+            cells[v.name] = dataclasses.replace(cell, kernel=kernel.name)
+        elif Version(v.torch) >= Version(str(stable)):
+            # One variant per CUDA version and arch: the grid is in torch order, so the
+            # newest torch's cell replaces (and moves behind) the older ones.
+            variant = dataclasses.replace(v, stable_abi=str(stable))
+            cells.pop(variant.name, None)
+            cells[variant.name] = dataclasses.replace(cell, variant=variant, kernel=kernel.name)
+    return list(cells.values())
+
+
+def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
+    """torch-<backend> for each declared backend, tested with the newest torch of the
+    grid: its CUDA build for torch-cuda (PyPI's where the grid has it), its CPU build
+    for the others; x86_64 where the grid has it. No template, no cell."""
+    newest = max((Version(c.variant.torch) for c in grid), default=None)
+    candidates = [c for c in grid if Version(c.variant.torch) == newest]
+    candidates.sort(key=lambda c: (c.variant.arch == "x86_64", c.torch_index == "pypi"))
+    cells = []
+    for backend in kernel.config.general.backends:
+        wanted = "cuda" if backend == "cuda" else "cpu"
+        template = next((c for c in reversed(candidates) if c.variant.backend == wanted), None)
+        if template is None:
+            continue
+        variant = dataclasses.replace(template.variant, backend=backend, noarch=True)
+        cells.append(dataclasses.replace(template, variant=variant, kernel=kernel.name, capabilities=()))
+    return cells
+
+
+# The matrix file when --file is not given; without it, a kernel's folder gets the default matrix.
+MATRIX_FILE = Path("build_matrix.yaml")
+
+
+def default_matrix(path: Path) -> Matrix:
+    """kernel-matrix's default matrix (data/default_matrix.yaml), named and placed as
+    `path`: its `kernel: .` is path's folder, and messages name path."""
+    with resources.as_file(resources.files("kernel_matrix.data").joinpath("default_matrix.yaml")) as packaged:
+        matrix = load_matrix(packaged)
+    return dataclasses.replace(matrix, path=path)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The options every matrix-reading command shares."""
+
+    file: Path = MATRIX_FILE
+    profile: str = "full"
+    only: str | None = None
+    variants: tuple[str, ...] = ()
+    kernels: tuple[str, ...] = ()  # --kernel NAME: these kernels of the matrix
+    kernel_dir: Path | None = None  # --kernel-dir: this kernel instead of the matrix's
+
+    def resolve(self, machine: Machine | None = None) -> Resolved:
+        """The selected kernels and their cells; refuses an empty selection."""
+        self._check_kernel_options()
+        matrix = self.matrix()
+        # Before anything reads an index or image the matrix names: every command, every job.
+        check_sources(matrix, GithubEvent.from_environment())
+        named = matrix_kernels(matrix) if self.kernel_dir is None else [Kernel.load(self.kernel_dir)]
+        kernels = _pick(named, self.kernels, matrix.path)
+        grid = select(matrix, profile=self.profile, only=self.only, machine=machine)
+        cells = [cell for kernel in kernels for cell in kernel_cells(kernel, grid)]
+        if self.variants:
+            known = {cell.name for kernel in kernels for cell in kernel_cells(kernel, matrix.cells)}
+            for name in self.variants:
+                if name not in known:
+                    raise ConfigError(f"--variant {name}: no kernel of {matrix.path} has it" + suggest(name, known))
+            cells = [cell for cell in cells if cell.name in self.variants]
+        if not cells:
+            # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
+            for kernel in kernels:
+                backends = kernel.config.general.backends
+                if not kernel.config.noarch and not set(backends) & set(BUILDABLE_BACKENDS):
+                    raise ConfigError(
+                        f"{kernel.dir / 'build.toml'}: general.backends {backends}: kernel-matrix builds "
+                        f"{' and '.join(BUILDABLE_BACKENDS)} kernels, so {kernel.name} has no cell to build"
+                    )
+            names = ", ".join(k.name for k in kernels)
+            raise ConfigError(
+                f"the selection has no cell of {names} (profile {self.profile}"
+                + (f", --only {self.only}" if self.only else "")
+                + (f", --variant {' '.join(self.variants)}" if self.variants else "")
+                + "; a kernel takes the cells of its build.toml's backends and torch/CUDA ranges)"
+            )
+        # Several kernels get a build folder each; one kernel (or --kernel-dir) keeps build/<variant>.
+        return Resolved(matrix, tuple(kernels), tuple(cells), several=len(named) > 1)
+
+    def kernel_folders(self) -> list[tuple[Kernel, str | None]]:
+        """For native builds and tests: each selected kernel and its subfolder of the
+        build folder (None: the build folder itself). --kernel-dir needs no matrix file."""
+        self._check_kernel_options()
+        if self.kernel_dir is not None:
+            return [(Kernel.load(self.kernel_dir), None)]
+        matrix = self.matrix()
+        named = matrix_kernels(matrix)
+        return [(k, k.name if len(named) > 1 else None) for k in _pick(named, self.kernels, matrix.path)]
+
+    @property
+    def uses_default(self) -> bool:
+        """No --file and no build_matrix.yaml here: the default matrix is read
+        (lexists: a dangling link is a file whose error load_matrix reports)."""
+        return self.file == MATRIX_FILE and not os.path.lexists(self.file)
+
+    def matrix(self) -> Matrix:
+        """The matrix file, or in a kernel's folder without one the default matrix;
+        with neither, one line that says how to get one."""
+        if not self.uses_default:
+            return load_matrix(self.file)
+        if self.kernel_dir is None and not (self.file.parent / "build.toml").is_file():
+            raise ConfigError(
+                f"{self.file}: cannot read the matrix file (No such file or directory); run kernel-matrix in a "
+                "kernel's folder (its build.toml), give --file, or write one with `kernel-matrix init`"
+            )
+        return default_matrix(self.file)
+
+    def _check_kernel_options(self) -> None:
+        if self.kernel_dir is not None and self.kernels:
+            raise ConfigError("give --kernel (a kernel of the matrix) or --kernel-dir (a folder), not both")
+
+
+def _pick(kernels: list[Kernel], names: tuple[str, ...], path: Path) -> list[Kernel]:
+    if not names:
+        return kernels
+    known = [k.name for k in kernels]
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                f"--kernel {name}: {path} names no such kernel (it has {', '.join(known)})" + suggest(name, known)
+            )
+    return [k for k in kernels if k.name in names]
+
+
+@dataclass(frozen=True)
+class KernelCells:
+    """One kernel's selected cells and its build folder: what a command works through."""
+
+    kernel: Kernel
+    cells: list[Cell]
+    build_dir: BuildDir
+
+
+@dataclass(frozen=True)
+class Resolved:
+    matrix: Matrix
+    kernels: tuple[Kernel, ...]
+    cells: tuple[Cell, ...]
+    several: bool  # the matrix names several kernels: a build folder each
+
+    def kernel(self, cell: Cell) -> Kernel:
+        return next(k for k in self.kernels if k.name == cell.kernel)
+
+    def cells_of(self, kernel: Kernel) -> list[Cell]:
+        return [cell for cell in self.cells if cell.kernel == kernel.name]
+
+    def build_dir(self, root: Path, kernel: Kernel) -> BuildDir:
+        return BuildDir(root, kernel.name if self.several else None)
+
+    def work(self, root: Path, *, built_only: bool = False) -> list[KernelCells]:
+        """Each kernel with its selected cells (only those built under root, if asked)."""
+        work = []
+        for kernel in self.kernels:
+            build_dir = self.build_dir(root, kernel)
+            cells = [c for c in self.cells_of(kernel) if not built_only or build_dir.is_built(c.name)]
+            if cells:
+                work.append(KernelCells(kernel, cells, build_dir))
+        return work
+
+    def github_matrix(self, cells: list[Cell] | tuple[Cell, ...]) -> dict[str, Any]:
+        """The GitHub Actions matrix; `path` is each variant's folder under build/."""
+        matrix = github_matrix(list(cells))
+        for entry, cell in zip(matrix["include"], cells, strict=True):
+            build_dir = self.build_dir(Path("build"), self.kernel(cell))
+            entry["path"] = build_dir.relative(cell.name)
+            entry["logs"] = build_dir.logs.relative_to(build_dir.root).as_posix()
+        return matrix

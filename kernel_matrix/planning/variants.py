@@ -1,0 +1,93 @@
+"""Build variant names and the tags in them: the one place they are formatted.
+
+`torch<MAJ><MIN>-cxx11-<compute>-<cpu>-linux`, e.g. torch214-cxx11-cu130-x86_64-linux;
+`torch-stable-abi<MAJ><MIN>-<compute>-<cpu>-linux` for a kernel built against torch's
+stable ABI (one variant serves every torch from that version on); `torch-<backend>` for
+a Python-only kernel. Named as kernel-builder names them (nix-builder/lib/variants/torch.nix)
+and as the `kernels` loader parses them (tests check every name we produce with
+kernels.variants.parse_variant)."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from enum import Enum
+
+from packaging.version import Version
+
+from kernel_matrix.planning.torch_cuda import (
+    cuda_major as cuda_major,  # tags use it; defined beside the torch-CUDA check
+)
+
+CPU_ARCHS = ("x86_64", "aarch64")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one build is for. `torch`, `cuda` and `arch` are also what a noarch or
+    stable-ABI variant is built and tested with, though its name leaves some out."""
+
+    torch: str  # "2.14"
+    backend: str  # "cuda" or "cpu" (a noarch variant: any kernel-builder backend)
+    cuda: str | None  # "13.0" for CUDA variants
+    arch: str  # "x86_64" or "aarch64"
+    stable_abi: str | None = None  # "2.10": built against torch's stable ABI of that version
+    noarch: bool = False  # Python only: one variant per backend, for every torch and arch
+
+    def __post_init__(self) -> None:
+        if (self.backend == "cuda") != (self.cuda is not None):
+            raise ValueError(f"a {self.backend} variant {'needs' if self.backend == 'cuda' else 'has no'} CUDA version")
+        if self.arch not in CPU_ARCHS:
+            raise ValueError(f"unsupported CPU architecture {self.arch!r} (supported: {', '.join(CPU_ARCHS)})")
+        if self.noarch and self.stable_abi:
+            raise ValueError("a noarch variant has no stable ABI version")
+
+    @property
+    def compute(self) -> str:
+        return cuda_tag(self.cuda) if self.cuda else "cpu"
+
+    @property
+    def name(self) -> str:
+        if self.noarch:
+            return f"torch-{self.backend}"
+        if self.stable_abi:
+            return f"torch-stable-abi{_flat(self.stable_abi)}-{self.compute}-{self.arch}-linux"
+        return f"{torch_tag(self.torch)}-cxx11-{self.compute}-{self.arch}-linux"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _flat(version: str) -> str:
+    """'2.14' -> '214', '13.0' -> '130' (a local part such as +cu130 is dropped)."""
+    release = Version(version).release
+    return f"{release[0]}{release[1] if len(release) > 1 else 0}"
+
+
+def cuda_tag(cuda: str) -> str:
+    """'13.0' -> 'cu130': the tag of variant names, wheel labels and PyTorch's wheel indexes."""
+    return f"cu{_flat(cuda)}"
+
+
+def torch_tag(torch: str) -> str:
+    """'2.14' (or '2.14.1+cu130') -> 'torch214'."""
+    return f"torch{_flat(torch)}"
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def torch_minor(version: str) -> str:
+    """'2.14.1+cu130' -> '2.14'."""
+    release = Version(version).release
+    return f"{release[0]}.{release[1]}"
+
+
+class ImageKind(str, Enum):
+    """Builder images: on the official CUDA images (hosts with a registry), or on a
+    Debian root filesystem made here (debootstrap; hosts without one)."""
+
+    OFFICIAL = "official"
+    OFFLINE = "offline"

@@ -1,0 +1,60 @@
+"""The kernel card: README.md on the Hub repo's main branch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from kernel_matrix.config.buildtoml import BuildConfig
+
+
+def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str, Any]]) -> str:
+    """variants: variant name -> its metadata.json."""
+    general = config.general
+    rows = []
+    for name in sorted(variants):
+        meta = variants[name]
+        backend = meta["backend"]
+        archs = " ".join(backend.get("archs") or []) or "-"
+        kernel_git = meta.get("provenance", {}).get("kernel") or {}
+        source = kernel_git.get("commit", "unknown")[:12] + (" (dirty)" if kernel_git.get("dirty") else "")
+        rows.append(f"| `{name}` | {backend['type']} | {archs} | `{meta['id']}` | {source} |")
+    builders = sorted(
+        {m.get("provenance", {}).get("kernel-builder", {}).get("version", "?") for m in variants.values()}
+    )
+    # The front matter is written by a YAML writer: general.license is the kernel
+    # author's (or a pull request's) text, and interpolated it could end the string
+    # and add keys of its own, or end the front matter.
+    front_matter = yaml.safe_dump(
+        {"license": general.license.lower(), "tags": ["kernel"]}, sort_keys=False, allow_unicode=True
+    )
+    return "\n".join(
+        [
+            "---",
+            front_matter.rstrip("\n"),
+            "---",
+            "",
+            f"# {general.name}",
+            "",
+            f"A PyTorch kernel for the Hugging Face `kernels` loader, version {general.version} "
+            f"(branch `v{general.version}`). Load the build that matches your torch and CUDA:",
+            "",
+            "```python",
+            "from kernels import get_kernel",
+            "",
+            # A Python string literal, whatever the repo id holds.
+            f"{general.python_name} = get_kernel({json.dumps(repo_id)}, version={general.version})",
+            "```",
+            "",
+            "## Build variants",
+            "",
+            "| variant | backend | CUDA capabilities | op namespace | source commit |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Built by {', '.join(builders)}. Every variant's `metadata.json` lists a sha256 digest of its files.",
+            "",
+        ]
+    )

@@ -1,0 +1,139 @@
+"""What a release is made of: the built variant directories, each checked
+before anything leaves the machine (metadata, digest, ABI, completeness)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel_matrix.checking.abi import gate
+from kernel_matrix.config.buildtoml import BuildConfig
+from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree
+from kernel_matrix.errors import ConfigError, NothingToDoError
+from kernel_matrix.layout import METADATA, is_built
+
+if TYPE_CHECKING:
+    from kernel_matrix.planning.selection import Kernel, Resolved
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    path_in_repo: str  # build/<variant>/<file>
+    local: Path
+    size: int
+    blob_oid: str  # git's blob sha1, what the Hub's tree reports for plain files
+    sha256: str  # what it reports for LFS/Xet files (binaries such as the .so)
+
+
+def git_blob_oid(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict[str, Any]:
+    """The variant's metadata.json, after checking it matches the kernel, its
+    digest holds, and its libraries pass the ABI gate."""
+    from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
+
+    try:  # an artifact or a copy may carry links: only plain files are released
+        check_tree(variant_dir)
+    except UnsafeOutputError as exc:
+        raise ConfigError(f"{variant_dir}: {str(exc).replace('the container', 'the variant')}") from None
+    metadata_path = variant_dir / METADATA
+    try:
+        metadata = Metadata.read_from_file(metadata_path)
+    except ValueError as exc:
+        raise ConfigError(f"{metadata_path}: the loader cannot read it: {exc}") from None
+    general = config.general
+    if str(metadata.name) != general.name or metadata.version != general.version:
+        raise ConfigError(
+            f"{metadata_path}: built as {metadata.name} v{metadata.version}, but build.toml says "
+            f"{general.name} v{general.version}: rebuild it"
+        )
+    if metadata.digest is None:
+        raise ConfigError(f"{metadata_path}: no digest: rebuild it with kernel-matrix build")
+    try:
+        metadata.digest.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant_dir))
+    except DigestValidationError as exc:
+        problems = "; ".join(str(v) for v in exc.violations)
+        raise ConfigError(f"{variant_dir}: files differ from its metadata digest ({problems})") from None
+    if not config.noarch:  # a Python-only variant has no library to check
+        gate(variant_dir, str(variant_dir), manylinux=manylinux)
+    checked: dict[str, Any] = json.loads(metadata_path.read_text())
+    return checked
+
+
+def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
+    files = []
+    for variant in variants:
+        root = build_dir / variant
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                data = path.read_bytes()
+                relative = path.relative_to(build_dir).as_posix()
+                files.append(
+                    ReleaseFile(
+                        f"build/{relative}", path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest()
+                    )
+                )
+    return files
+
+
+@dataclass(frozen=True)
+class Release:
+    config: BuildConfig  # the kernel's build.toml
+    metadata: dict[str, dict[str, Any]]  # variant name -> metadata.json, in matrix order
+    files: list[ReleaseFile]
+
+
+def prepare_release(
+    config: BuildConfig, build_dir: Path, expected: list[str], *, allow_partial: bool, manylinux: str | None
+) -> Release:
+    """The built variants of `expected`, each checked; refuses an incomplete
+    release unless allow_partial."""
+    built = [name for name in expected if is_built(build_dir / name)]
+    missing = [name for name in expected if name not in built]
+    if missing and not allow_partial:
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ConfigError(
+            f"{len(missing)} of {len(expected)} variants to release are not built in {build_dir} "
+            f"({shown}); build them or pass --allow-partial"
+        )
+    if not built:
+        raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
+    metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux) for name in built}
+    return Release(config=config, metadata=metadata, files=release_files(build_dir, built))
+
+
+def prepare_releases(
+    resolved: Resolved, build_root: Path, repo_id: str | None, *, allow_partial: bool, manylinux: str | None
+) -> list[tuple[str, Release]]:
+    """Each selected kernel's release and the Hub repo it goes to, all checked before any
+    is published. repo_id (--repo-id) replaces [general.hub] repo-id, for one kernel only."""
+    releases = []
+    for item in resolved.work(build_root):
+        target = _repo_id(repo_id, item.kernel, several=len(resolved.kernels) > 1)
+        expected = [c.name for c in item.cells]
+        release = prepare_release(
+            item.kernel.config, item.build_dir.path, expected, allow_partial=allow_partial, manylinux=manylinux
+        )
+        releases.append((target, release))
+    return releases
+
+
+def _repo_id(option: str | None, kernel: Kernel, *, several: bool) -> str:
+    """--repo-id (one kernel only), else the kernel's [general.hub] repo-id; checked as the Hub checks it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if option is not None and several:
+        raise ConfigError("--repo-id names one repo: publish one kernel (--kernel NAME) with it")
+    repo_id = option if option is not None else kernel.config.general.hub.repo_id
+    if not repo_id:
+        raise ConfigError(f"{kernel.dir / 'build.toml'}: no [general.hub] repo-id, and no --repo-id given")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ConfigError(f"repo id {repo_id!r}: {str(exc).splitlines()[0]}") from None
+    return repo_id

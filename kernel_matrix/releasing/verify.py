@@ -1,0 +1,516 @@
+"""`kernel-matrix verify`: rebuild variants from the kernel's sources and compare
+every file, byte for byte (sha256), with what was published: variant folders, or
+a release on the Hub (downloaded with huggingface_hub).
+
+A build is reproducible (compile.py): the same sources, kernel-matrix and
+toolchain give the same bytes in any folder. So a variant that differs from its
+rebuild was not built from these sources with this toolchain, or was changed
+since. metadata.json records what the rebuild needs (the git states, the
+toolchain, SOURCE_DATE_EPOCH). Its provenance says how each build was made, so
+it may differ between a variant and its rebuild elsewhere (a container's Python,
+kernel-matrix's git state) while every byte the variant is made of, and the rest
+of metadata.json, is the same: that is reported as a note, not a difference.
+A variant is rebuilt natively where this host builds it (its torch, and nvcc
+for CUDA ones) with the toolchain it records; otherwise in its cell's builder
+image (as `kernel-matrix build --variant` builds it); a variant of another torch
+or CUDA is reported as not verified where no engine answers."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from kernel_matrix.building.compile import SOURCE_DATE_EPOCH
+from kernel_matrix.building.variant_dir import variant_files
+from kernel_matrix.errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
+from kernel_matrix.layout import METADATA, is_built
+
+if TYPE_CHECKING:
+    from kernel_matrix.building.native_build import BuildPlan
+
+REPO_TYPE = "kernel"
+# A variant's metadata.json, read as JSON (read_metadata checks backend.type).
+Metadata = dict[str, Any]
+# Fields of metadata.json named in a difference line before "and N more".
+_SHOWN_FIELDS = 4
+
+
+@dataclass(frozen=True)
+class Outcome:
+    variant: str  # the name, as published
+    files: int  # files compared
+    differences: list[str]  # one line per differing file; empty: identical
+    unverified: str | None = None  # why it could not be rebuilt here
+    notes: list[str] = field(default_factory=list)  # provenance that differs from the rebuild's
+
+
+@dataclass(frozen=True)
+class Rebuilder:
+    """How variants are rebuilt: natively, from kernel_dir against python's torch, or
+    in the builder image of their cell of matrix_file (always, with in_container)."""
+
+    kernel_dir: Path
+    python: str | None = None
+    matrix_file: Path | None = None  # None: native rebuilds only
+    image_kind: str | None = None  # offline or official; None: the matrix's
+    in_container: bool = False
+    log: Callable[[str], None] = lambda message: None
+
+    def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path:
+        """Build `name` into out/<name> as it was built: its backend and CUDA
+        capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
+        independent of it). Natively where this host builds that variant with the
+        toolchain it records; in its builder image where it does not (or with
+        in_container). ToolchainError when it cannot be rebuilt here."""
+        from kernel_matrix.config.buildtoml import load_build_toml
+
+        if load_build_toml(self.kernel_dir).noarch:  # Python only: no toolchain, nothing to build in a container
+            return self._native_noarch(name, metadata, out)
+        if self.in_container:
+            return self._in_container(name, metadata, out)
+        try:
+            plan = self._plan(name, metadata)
+        except ToolchainError as refusal:  # another torch or CUDA: only its builder image builds it
+            if self.matrix_file is None:
+                raise
+            self.log(f"{refusal}: rebuilding it in its builder image")
+            try:
+                return self._in_container(name, metadata, out)
+            except ToolchainError as exc:
+                raise ToolchainError(f"{refusal}; {exc}") from None
+        differences = _toolchain_differences(metadata, plan)
+        if differences and self.matrix_file is not None:  # its builder image has the toolchain it records
+            self.log(f"{name} was built with {differences}: rebuilding it in its builder image")
+            try:
+                return self._in_container(name, metadata, out)
+            except ToolchainError as exc:
+                self.log(f"{exc}: rebuilding it natively")  # the best there is here, said so
+        return self._native(plan, metadata, out, differences)
+
+    def _plan(self, name: str, metadata: Metadata) -> BuildPlan:
+        """This host's plan for `name`; ToolchainError if this host builds another variant."""
+        from kernel_matrix.building.native_build import plan_build
+
+        backend = metadata["backend"]["type"]
+        archs = metadata["backend"].get("archs")
+        plan = plan_build(
+            self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
+        )
+        if plan.variant.name != name:
+            raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
+        return plan
+
+    def _native(self, plan: BuildPlan, metadata: Metadata, out: Path, differences: str) -> Path:
+        from kernel_matrix.building.native_build import build_variant
+
+        if differences:
+            self.log(f"note: {plan.variant.name} was built with {differences}: a difference may come from that")
+        with _environment(SOURCE_DATE_EPOCH, _recorded(metadata, "source-date-epoch")):
+            return build_variant(plan, out).variant_dir
+
+    def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
+        from kernel_matrix.building.native_build import build_noarch
+
+        backend = metadata["backend"]["type"]
+        made = build_noarch(self.kernel_dir, out, backends=[backend])
+        if name not in {m.name for m in made}:
+            raise ToolchainError(f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend")
+        return out / name
+
+    def _in_container(self, name: str, metadata: Metadata, out: Path) -> Path:
+        """The cell's build in its builder image, the same that `build --variant` runs."""
+        import dataclasses
+
+        from docker.errors import DockerException
+
+        from kernel_matrix.containers.container_build import build_cell, builder_for
+        from kernel_matrix.containers.engine import connect
+        from kernel_matrix.containers.images import PipSetup
+        from kernel_matrix.errors import EngineError
+        from kernel_matrix.planning.selection import Selection
+
+        if self.matrix_file is None:
+            raise ToolchainError("no container rebuild: no matrix file names the cells")
+        try:
+            resolved = Selection(file=self.matrix_file, variants=(name,), kernel_dir=self.kernel_dir).resolve()
+            client = connect()
+        except (ConfigError, EngineError) as exc:
+            raise ToolchainError(f"no container rebuild: {_first_line(exc)}") from None
+        (cell,) = [c for c in resolved.cells if c.name == name]
+        archs = metadata["backend"].get("archs")
+        if cell.variant.cuda and archs:  # the capabilities it was built for, as natively
+            cell = dataclasses.replace(cell, capabilities=tuple(archs))
+        image = builder_for(client, cell, self.image_kind or resolved.matrix.spec.image, PipSetup.from_host(), self.log)
+        recorded = _recorded(metadata, "builder-image")
+        if recorded and recorded != client.images.get(image).id:
+            self.log(f"note: {name} was built in {recorded}; {image} is {client.images.get(image).id}")
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            made, _ = build_cell(client, cell, image, kernel_dir=self.kernel_dir, build_dir=out, jobs=None)
+        except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this
+            raise ToolchainError(f"the container rebuild failed: {_first_line(exc)}") from None
+        return made
+
+
+# The toolchain fields that decide the bytes (provenance.toolchain); the builder
+# image and SOURCE_DATE_EPOCH are applied, not compared.
+_TOOLCHAIN_FIELDS = ("torch", "python", "cxx", "nvcc")
+
+
+def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
+    """How the recorded toolchain differs from this host's for plan ("" if it is the
+    same, or if the variant records none: an older kernel-matrix built it)."""
+    from kernel_matrix.building.provenance import toolchain
+
+    recorded = metadata.get("provenance", {}).get("toolchain")
+    if not isinstance(recorded, dict):
+        return ""
+    here = toolchain(
+        torch_version=plan.torch.version,
+        python=plan.torch.python,
+        cxx=plan.cxx,
+        nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+    )
+    return ", ".join(
+        f"{key} {recorded.get(key)} (here {here.get(key)})"
+        for key in _TOOLCHAIN_FIELDS
+        if recorded.get(key) != here.get(key)
+    )
+
+
+def _recorded(metadata: Metadata, key: str) -> str | None:
+    """A field of metadata.json's provenance.toolchain (absent in older variants)."""
+    toolchain = metadata.get("provenance", {}).get("toolchain", {})
+    value = toolchain.get(key) if isinstance(toolchain, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def verify_variants(
+    variant_dirs: list[Path],
+    rebuilder: Rebuilder,
+    *,
+    label: Callable[[Path], str] = lambda path: path.name,
+) -> list[Outcome]:
+    """Rebuild each variant (once per name) and compare it with each folder given."""
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-verify-") as scratch:
+        rebuilt: dict[str, Path | str] = {}  # name -> the rebuild, or why there is none
+        for variant_dir in variant_dirs:
+            metadata = read_metadata(variant_dir)
+            name = variant_dir.name
+            if name not in rebuilt:
+                rebuilder.log(f"rebuilding {name} from {rebuilder.kernel_dir}")
+                try:
+                    rebuilt[name] = rebuilder.rebuild(name, metadata, Path(scratch) / str(len(rebuilt)))
+                except ToolchainError as exc:
+                    rebuilt[name] = str(exc)
+            made = rebuilt[name]
+            if isinstance(made, str):
+                outcomes.append(Outcome(label(variant_dir), 0, [], unverified=made))
+                continue
+            differences, notes = compare(variant_dir, made, label(variant_dir))
+            outcomes.append(Outcome(label(variant_dir), len(variant_files(variant_dir)), differences, notes=notes))
+    return outcomes
+
+
+# metadata.json is a few kilobytes; one from the Hub is anyone's.
+_MAX_METADATA_BYTES = 1024 * 1024
+_MAX_METADATA_DEPTH = 16
+# provenance.toolchain.source-date-epoch: seconds, as compile.source_date_epoch() records them.
+_EPOCH = re.compile(r"^\d{1,18}$")
+# Other backends' archs (rocm's gfx90a): never used to build, but printed.
+_ARCH = re.compile(r"^[A-Za-z0-9_.+-]{1,32}$")
+# C0 and C1 controls and DEL: no value kernel-matrix writes holds one; printed, they drive a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def read_metadata(variant_dir: Path, shown: str | None = None) -> Metadata:
+    """A variant's metadata.json, checked as untrusted input: a release on the Hub
+    is anyone's, and what verify uses of it (the backend and its CUDA archs, the
+    SOURCE_DATE_EPOCH) reaches the compiler's command line and the environment.
+    shown: how error lines name the file (default: its path)."""
+    path = variant_dir / METADATA
+    if shown is not None:
+        try:
+            return read_metadata(variant_dir)
+        except ConfigError as exc:
+            raise ConfigError(f"{shown}{str(exc).removeprefix(str(path))}") from None
+    try:
+        if path.stat().st_size > _MAX_METADATA_BYTES:
+            raise ConfigError(f"{path}: more than {_MAX_METADATA_BYTES} bytes: not a variant's metadata")
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}): not a built variant") from None
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply: not a variant's metadata") from None
+    backend = metadata.get("backend") if isinstance(metadata, dict) else None
+    if not isinstance(backend, dict) or not isinstance(backend.get("type"), str):
+        raise ConfigError(f"{path}: no backend.type: not a variant's metadata")
+    _check_metadata(path, metadata)
+    return cast(Metadata, metadata)
+
+
+def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
+    """One ConfigError line for the first value of metadata.json that no build of
+    kernel-matrix writes: what verify would pass to a compiler, the environment
+    or a terminal."""
+    from typing import get_args
+
+    from kernel_matrix.config.buildtoml import Backend
+    from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
+
+    def refuse(key: str, value: object, expected: str) -> NoReturn:
+        shown = json.dumps(value)  # control characters escaped: one line
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ConfigError(f"{path}: {key} = {shown}: expected {expected}; not a variant kernel-matrix built")
+
+    def strings(value: object, key: str, depth: int) -> None:
+        if depth > _MAX_METADATA_DEPTH:
+            refuse(key, "...", f"at most {_MAX_METADATA_DEPTH} levels of nesting")
+        if isinstance(value, str) and _CONTROL.search(value):
+            refuse(key, value, "no control characters")
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for name, item in items:
+            if isinstance(name, str) and _CONTROL.search(name):
+                refuse(f"{key}.{name}", item, "a key without control characters")
+            strings(item, f"{key}.{name}" if key else str(name), depth + 1)
+
+    strings(metadata, "", 0)
+    backend = metadata["backend"]
+    kind = backend["type"]
+    if kind not in get_args(Backend):
+        refuse("backend.type", kind, f"one of {', '.join(get_args(Backend))}")
+    archs = backend.get("archs")
+    if archs is not None:
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            refuse("backend.archs", archs, "a list of strings")
+        for arch in archs:
+            # A CUDA variant's archs become nvcc's -gencode flags in the rebuild.
+            if not (CAPABILITY.fullmatch(strip_ptx(arch)) if kind == "cuda" else _ARCH.fullmatch(arch)):
+                refuse(
+                    "backend.archs",
+                    arch,
+                    "a CUDA capability such as 9.0, 9.0a or 9.0+PTX" if kind == "cuda" else "an arch name",
+                )
+    # Read with .get() by the rebuild: each level a mapping where it is there.
+    provenance = metadata.get("provenance", {})
+    if not isinstance(provenance, dict):
+        refuse("provenance", provenance, "a mapping")
+    toolchain = provenance.get("toolchain", {})
+    if not isinstance(toolchain, dict):
+        refuse("provenance.toolchain", toolchain, "a mapping")
+    epoch = toolchain.get("source-date-epoch")
+    if epoch is not None and not (isinstance(epoch, str) and _EPOCH.fullmatch(epoch)):
+        # It becomes SOURCE_DATE_EPOCH in the rebuild's environment.
+        refuse("provenance.toolchain.source-date-epoch", epoch, "seconds since 1970 (digits)")
+
+
+def compare(given: Path, rebuilt: Path, label: str) -> tuple[list[str], list[str]]:
+    """Lines for the files that differ between two variant folders (or are in one
+    only), and notes for a metadata.json that differs in its provenance alone."""
+    ours, theirs = _digests(given), _digests(rebuilt)
+    lines, notes = [], []
+    for path in sorted(ours.keys() | theirs.keys()):
+        if path not in theirs:
+            lines.append(f"{label}/{path}: not made by the rebuild")
+        elif path not in ours:
+            lines.append(f"{label}/{path}: missing (the rebuild makes it)")
+        elif ours[path] != theirs[path]:
+            fields = _metadata_fields(given / path, rebuilt / path) if path == METADATA else None
+            if fields and all(key.startswith("provenance.") for key in fields):
+                notes.append(f"{label}/{path}: the same but for how it was built: {_describe(fields)}")
+                continue
+            detail = f": {_describe(fields)}" if fields else ""
+            lines.append(f"{label}/{path}: differs (sha256 {ours[path][:16]}, rebuilt {theirs[path][:16]}){detail}")
+    return lines, notes
+
+
+def _digests(variant_dir: Path) -> dict[str, str]:
+    return {
+        path.relative_to(variant_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in variant_files(variant_dir)
+    }
+
+
+def _metadata_fields(given: Path, rebuilt: Path) -> dict[str, tuple[object, object]] | None:
+    """The fields of two metadata.json files that differ: {dotted key: (given, rebuilt)}."""
+    try:
+        ours, theirs = _flatten(json.loads(given.read_text())), _flatten(json.loads(rebuilt.read_text()))
+    except ValueError:
+        return None
+    return {
+        key: (ours.get(key), theirs.get(key))
+        for key in sorted(ours.keys() | theirs.keys())
+        if ours.get(key) != theirs.get(key)
+    }
+
+
+def _describe(fields: dict[str, tuple[object, object]]) -> str:
+    shown = [f"{key} {_show(a)} vs {_show(b)}" for key, (a, b) in list(fields.items())[:_SHOWN_FIELDS]]
+    more = f" and {len(fields) - _SHOWN_FIELDS} more" if len(fields) > _SHOWN_FIELDS else ""
+    return "; ".join(shown) + more
+
+
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        flat: dict[str, object] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def _show(value: object) -> str:
+    return "absent" if value is None else json.dumps(value)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """name=value while the rebuild runs (the compilers inherit it); unchanged if value is None."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def download_release(repo_id: str, revision: str, dest: Path, variants: list[str]) -> list[Path]:
+    """The release's variant folders (build/<variant>/), or only the named ones,
+    downloaded into dest with huggingface_hub (HF_ENDPOINT, HF_TOKEN as usual)."""
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise ConfigError(f"--repo-id {repo_id!r}: {str(exc).splitlines()[0]}") from None
+    patterns = [f"build/{name}/*" for name in variants] or ["build/*"]
+    where = f"{repo_id}@{revision}"
+    try:
+        # The release's file names are anyone's: each is checked before anything is
+        # downloaded (huggingface_hub refuses one leaving local_dir, with a ValueError).
+        listed = HfApi().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=revision)
+        unsafe = next((name for name in listed if not _safe_release_path(name)), None)
+        if unsafe is not None:
+            raise ConfigError(
+                f"{where}: the release holds a file named {json.dumps(unsafe)[:120]}, not a plain path inside "
+                "the repo: refusing to download it (nothing verified)"
+            )
+        snapshot_download(repo_id, repo_type=REPO_TYPE, revision=revision, allow_patterns=patterns, local_dir=dest)
+    except RevisionNotFoundError:
+        raise ConfigError(
+            f"{where}: the repo has no revision {revision!r} (a release is a branch v<version>)"
+        ) from None
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise ConfigError(f"{where}: no such kernel repo, or HF_TOKEN may not read it") from None
+    except LocalEntryNotFoundError as exc:  # the connection failed (or HF_HUB_OFFLINE without a copy)
+        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+    except HfHubHTTPError as exc:
+        raise NetworkError(f"{where}: the Hub refused the download: {_first_line(exc)}") from None
+    except OSError as exc:
+        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+    except ValueError as exc:  # huggingface_hub's own refusal of a path, should the listing have changed since
+        raise ConfigError(f"{where}: refusing the release's files: {_first_line(exc)} (nothing verified)") from None
+    build = dest / "build"
+    found = sorted(d for d in build.iterdir() if is_built(d)) if build.is_dir() else []
+    missing = sorted(set(variants) - {d.name for d in found})
+    if missing:
+        raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in build/")
+    if not found:
+        raise NothingToDoError(f"{where}: no variant in build/ (nothing to verify)")
+    for variant_dir in found:  # every one checked before any is rebuilt
+        read_metadata(variant_dir, shown=f"{where}: build/{variant_dir.name}/{METADATA}")
+    return found
+
+
+def _safe_release_path(name: str) -> bool:
+    """A repo file name that stays where it is put: relative, no . or .. or empty
+    parts, no backslash (a separator elsewhere) or control character."""
+    parts = name.split("/")
+    return (
+        bool(name)
+        and "\\" not in name
+        and not _CONTROL.search(name)
+        and all(part not in ("", ".", "..") for part in parts)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def verify_command(
+    variants: list[str],
+    *,
+    repo_id: str | None,
+    revision: str | None,
+    kernel_dir: Path,
+    build_dir: Path,
+    python: str | None,
+    matrix_file: Path,
+    image_kind: str | None,
+    in_container: bool,
+    log: Callable[[str], None],
+    report: Callable[[str], None],
+) -> None:
+    """The CLI's `verify`: report each identical variant; raise NotReproducedError
+    (one line per differing file) or ToolchainError (variants not rebuilt here)."""
+    from kernel_matrix.config.buildtoml import load_build_toml
+
+    config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
+    rebuilder = Rebuilder(
+        kernel_dir,
+        python=python,
+        matrix_file=matrix_file,
+        image_kind=image_kind,
+        in_container=in_container,
+        log=log,
+    )
+    if repo_id is None:
+        if revision is not None:
+            raise ConfigError("--revision is for a Hub release: give --repo-id too")
+        if not variants:
+            raise ConfigError("give the VARIANT folders (or names under --build-dir) to verify, or --repo-id")
+        from kernel_matrix.checking.testing import resolve_variant_dir
+
+        # Named by path: two folders of one variant (a copy and the original) stay apart.
+        outcomes = verify_variants([resolve_variant_dir(v, build_dir) for v in variants], rebuilder, label=str)
+    else:
+        revision = revision or f"v{config.general.version}"
+        with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
+            log(f"downloading {repo_id}@{revision}")
+            found = download_release(repo_id, revision, Path(scratch), variants)
+            outcomes = verify_variants(found, rebuilder, label=lambda path: f"build/{path.name}")
+    for outcome in outcomes:
+        for note in outcome.notes:
+            log(f"note: {note}")
+        if outcome.unverified is None and not outcome.differences:
+            report(f"identical: {outcome.variant} ({outcome.files} files)")
+    differences = [line for outcome in outcomes for line in outcome.differences]
+    unverified = [f"not verified: {o.variant}: {o.unverified}" for o in outcomes if o.unverified is not None]
+    if differences:
+        raise NotReproducedError("\n".join([*differences, *unverified]))
+    if unverified:
+        raise ToolchainError("\n".join(unverified))
