@@ -188,7 +188,7 @@ def test_capabilities_are_checked_where_they_are_written(kernel_copy, value):
         load_build_toml(kernel_copy)
 
 
-@pytest.mark.parametrize("value", ["9.0,", "sm_90", "9", "9.0 "])
+@pytest.mark.parametrize("value", ["9.0,", "sm_90", "9", "9.0 ", "9.0\n"])
 def test_bad_cuda_capabilities_options_are_one_line(value, tmp_path):
     result = kernel_matrix("build", "--cuda-capabilities", value, "--build-dir", str(tmp_path / "b"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr

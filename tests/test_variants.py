@@ -72,6 +72,42 @@ def test_capabilities_follow_kernel_builders_loose_intersection():
     assert select_capabilities(["7.0", "8.0"], "12.8") == ["7.0", "8.0"]
 
 
+def test_architecture_specific_targets_are_compared_by_their_base():
+    # --cuda-capabilities takes 9.0a and 10.0f as the targets (config.capability's
+    # format); a section's list used to be compared with Version("10.0f"), which
+    # raised InvalidVersion, and with Version("9.0a"), a pre-release below 9.0.
+    assert select_capabilities(["8.0", "10.0"], "13.0", ["10.0f"]) == ["10.0"]
+    assert select_capabilities(["8.0", "9.0"], "12.8", ["9.0a"]) == ["9.0"]
+    assert select_capabilities(["9.0a"], "12.8", ["9.0a"]) == ["9.0a"]
+    assert select_capabilities(None, "13.0", ["10.0f"]) == ["10.0f"]
+
+
+# Each place accepts what its own input holds, by one definition (config.capability).
+CAPABILITY_TEXTS = ["9.0", "10.0", "9.0a", "10.0f", "9.0+PTX", "9.0a+PTX", "9", "sm_90", "9.0b", "9.0\n", " 9.0"]
+
+
+@pytest.mark.parametrize("text", CAPABILITY_TEXTS)
+def test_one_capability_format_for_every_input(text):
+    from pydantic import TypeAdapter, ValidationError
+
+    from kernel_matrix.config.buildtoml import Capability
+    from kernel_matrix.config.matrix_schema import Capability as TableCapability
+    from kernel_matrix.planning.capabilities import CAPABILITY
+
+    def accepts(kind: object) -> bool:
+        try:
+            TypeAdapter(kind).validate_python(text)
+        except ValidationError:
+            return False
+        return True
+
+    plain = text in ("9.0", "10.0")
+    specific = plain or text in ("9.0a", "10.0f")
+    assert accepts(TableCapability) == plain  # build_matrix.yaml's tables: targets
+    assert bool(CAPABILITY.match(text)) == specific  # --cuda-capabilities, metadata.json (less +PTX)
+    assert accepts(Capability) == (specific or text in ("9.0+PTX", "9.0a+PTX"))  # build.toml
+
+
 def test_gencode_embeds_ptx_for_the_highest_capability_only():
     flags = gencode_flags(["8.0", "9.0", "10.0"])
     assert flags == [

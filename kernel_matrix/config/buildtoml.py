@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, cast
 from packaging.version import Version as PackagingVersion
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.section import Section
 from kernel_matrix.config.sourcelines import toml_key_position, where
@@ -47,9 +48,6 @@ Dependency = Literal[
 ]
 # A version in build.toml is a string of dot-separated numbers ("2.10").
 Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
-# A CUDA capability: 9.0, architecture-specific 9.0a / 10.0f, and any of them with
-# kernel-builder's "+PTX" (9.0+PTX: its PTX is embedded too, for later GPUs to JIT).
-Capability = Annotated[str, Field(pattern=r"^\d+\.\d+[af]?(\+PTX)?$")]
 
 
 class Hub(Section):

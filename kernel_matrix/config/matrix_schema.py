@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from kernel_matrix.config.capability import TargetCapability
 from kernel_matrix.config.section import Section
 
 
@@ -22,7 +23,8 @@ def _version_text(value: object) -> object:
 
 
 MinorVersion = Annotated[str, BeforeValidator(_version_text), Field(pattern=r"^\d+\.\d+$")]
-Capability = Annotated[str, BeforeValidator(_version_text), Field(pattern=r"^\d+\.\d+$")]
+# A target of a CUDA version's default list: 9.0 (config.capability defines the format).
+Capability = Annotated[TargetCapability, BeforeValidator(_version_text)]
 Arch = Literal["x86_64", "aarch64"]
 _MINOR = re.compile(r"^\d+\.\d+$")
 

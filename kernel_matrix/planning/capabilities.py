@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from packaging.version import Version
 
 from kernel_matrix import data
+
+# The format is config.capability's; CAPABILITY is named here too for the callers
+# that check a list of targets (--cuda-capabilities, verify's metadata.json).
+from kernel_matrix.config.capability import CAPABILITY as CAPABILITY
+from kernel_matrix.config.capability import PTX_SUFFIX
 
 
 def default_capabilities(cuda_version: str, table: list[dict[str, Any]] | None = None) -> list[str]:
@@ -26,6 +30,8 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
     ("8.0" serves an 8.6 target; "9.0a" is kept where 9.0 is a target).
     A "+PTX" capability ("9.0+PTX") also serves targets of later majors (its
     PTX is JIT-compiled there) and keeps its suffix: gencode_flags embeds its PTX.
+    A target may be architecture-specific itself (--cuda-capabilities 9.0a):
+    requested capabilities are compared with its base (9.0).
     No request: the defaults. Ascending; an empty result is returned as is
     (the caller reports it against build.toml)."""
     defaults = default_capabilities(cuda_version) if defaults is None else defaults
@@ -38,7 +44,7 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
         serving = [
             c
             for c in requested
-            if (_base(c).major == Version(target).major or c in with_ptx) and _base(c) <= Version(target)
+            if (_base(c).major == _base(target).major or c in with_ptx) and _base(c) <= _base(target)
         ]
         if serving:
             chosen.add(max(serving, key=capability_order))
@@ -49,16 +55,10 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
         chosen = {c for c in chosen if _base(c) >= Version(toolkit["min_capability"])}
     # Architecture-specific capabilities (9.0a, 10.0f) replace their plain target.
     for capability in requested:
-        if capability[-1:] in ("a", "f") and _base(capability) in {Version(t) for t in defaults}:
+        if capability[-1:] in ("a", "f") and _base(capability) in {_base(t) for t in defaults}:
             chosen.discard(str(_base(capability)))
             chosen.add(capability)
     return sorted((c + PTX_SUFFIX if c in with_ptx else c for c in chosen), key=capability_order)
-
-
-# A CUDA capability as build.toml and --cuda-capabilities write it: 9.0, 9.0a, 10.0f.
-CAPABILITY = re.compile(r"^\d+\.\d+[af]?$")
-# kernel-builder's suffix for "embed this capability's PTX too" (build.toml only: 9.0+PTX).
-PTX_SUFFIX = "+PTX"
 
 
 def strip_ptx(capability: str) -> str:
