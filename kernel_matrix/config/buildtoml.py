@@ -5,7 +5,6 @@ something else."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
+from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.section import Section
 from kernel_matrix.config.sourcelines import toml_key_position, where
 from kernel_matrix.errors import ConfigError
@@ -384,8 +384,7 @@ def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationEr
     if error["type"] == "extra_forbidden":
         model = _section_model(raw, loc[:-1])
         known = [f.alias or n for n, f in model.model_fields.items()] if model else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-        what = f"unknown key '{dotted}'" + (f"; did you mean '{close[0]}'?" if close else "")
+        what = f"unknown key '{dotted}'" + did_you_mean(loc[-1], known, quote="'")
     elif error["type"] == "missing":
         what = f"missing required key '{dotted}'"
     else:

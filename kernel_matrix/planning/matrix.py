@@ -4,7 +4,6 @@ profile) to cells; all pruning happens here, never in workflow YAML."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from kernel_matrix import data
 from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS
 from kernel_matrix.config.configfile import read_config
+from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import UNTRUSTED_ENV, GithubEvent, is_github_hosted
 from kernel_matrix.config.matrix_schema import (
     Arch,
@@ -117,11 +117,6 @@ class _Problems:
             raise ConfigError("\n".join(self.lines))
 
 
-def suggest(value: object, choices: Iterable[object]) -> str:
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
 def load_matrix(path: Path) -> Matrix:
     """Read and validate build_matrix.yaml and expand it to all its cells."""
     # Its size is checked before any of it is parsed (configfile), its nodes and
@@ -179,7 +174,7 @@ def _describe(error: Mapping[str, Any], where: tuple[str | int, ...], located: L
         shape = where[:1] + ("*",) * (len(where) - 2) if len(where) > 1 else ()
         section = _SECTIONS.get(shape)
         known = [f.alias or name for name, f in section.model_fields.items()] if section else []
-        return f"unknown key '{key}'" + suggest(key, known)
+        return f"unknown key '{key}'" + did_you_mean(key, known)
     dotted = ".".join(str(p) for p in where) or "the file"
     if error["type"] == "missing":
         return f"{dotted}: missing required key '{error['loc'][-1]}'"
@@ -208,7 +203,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
                 ("torch", torch),
                 f"torch {torch} is not in the release table "
                 f"(known: {', '.join(sorted(releases, key=Version))}); add it under torch-releases"
-                + suggest(torch, releases),
+                + did_you_mean(torch, releases),
             )
             continue
         cudas = wanted if isinstance(wanted, list) else release.cuda  # a list, or "all" it ships
@@ -217,7 +212,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
                 problems.add(
                     ("torch", torch, index),
                     f"torch {torch} has no CUDA {cuda} build (it ships "
-                    f"{', '.join(release.cuda)})" + suggest(cuda, release.cuda),
+                    f"{', '.join(release.cuda)})" + did_you_mean(cuda, release.cuda),
                 )
             elif (torch, cuda) in pairs:
                 problems.add(("torch", torch, index), f"duplicate cell: torch {torch} with CUDA {cuda} is listed twice")
@@ -228,7 +223,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
 
     def cuda_problem(cuda: str) -> str | None:
         if cuda not in toolkits:
-            return f"CUDA {cuda} is not a known toolkit (known: {', '.join(toolkits)})" + suggest(cuda, toolkits)
+            return f"CUDA {cuda} is not a known toolkit (known: {', '.join(toolkits)})" + did_you_mean(cuda, toolkits)
         return None
 
     cells: dict[str, Cell] = {}
@@ -271,13 +266,13 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
             problems.add(
                 where,
                 f"impossible cell: torch {include.torch} is not in the release table"
-                + suggest(include.torch, releases),
+                + did_you_mean(include.torch, releases),
             )
         elif cuda is not None and cuda not in release.cuda:
             problems.add(
                 where,
                 f"impossible cell: torch {include.torch} has no CUDA {cuda} build (it ships "
-                f"{', '.join(release.cuda)})" + suggest(cuda, release.cuda),
+                f"{', '.join(release.cuda)})" + did_you_mean(cuda, release.cuda),
             )
         elif include.arch not in spec.archs:
             problems.add(where, f"impossible cell: arch {include.arch} has no runners under archs")
@@ -406,7 +401,9 @@ def select(
             and (c.variant.cuda == machine.nvcc if machine.nvcc else c.variant.backend == "cpu")
         ]
     elif profile != "full":
-        raise ConfigError(f"unknown profile '{profile}' (profiles: {', '.join(PROFILES)})" + suggest(profile, PROFILES))
+        raise ConfigError(
+            f"unknown profile '{profile}' (profiles: {', '.join(PROFILES)})" + did_you_mean(profile, PROFILES)
+        )
     if only:
         cells = _apply_only(cells, matrix.cells, only)
     names = list(variants)
@@ -414,7 +411,7 @@ def select(
         known = {c.name for c in matrix.cells}
         for name in names:
             if name not in known:
-                raise ConfigError(f"--variant {name}: not in {matrix.path}" + suggest(name, known))
+                raise ConfigError(f"--variant {name}: not in {matrix.path}" + did_you_mean(name, known))
         cells = [c for c in cells if c.name in names]
     if not cells:
         raise ConfigError(
@@ -450,13 +447,13 @@ def _apply_only(cells: list[Cell], all_cells: list[Cell], only: str) -> list[Cel
         if not sep or key not in FILTER_KEYS:
             raise ConfigError(
                 f"--only {term!r}: expected KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}"
-                + suggest(key, FILTER_KEYS)
+                + did_you_mean(key, FILTER_KEYS)
             )
         values = {_field(c, key) for c in all_cells}
         if value not in values:
             raise ConfigError(
                 f"--only {key}={value}: no cell has {key} {value} "
-                f"(known: {', '.join(sorted(values))})" + suggest(value, values)
+                f"(known: {', '.join(sorted(values))})" + did_you_mean(value, values)
             )
         cells = [c for c in cells if _field(c, key) == value]
     return cells

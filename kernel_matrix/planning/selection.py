@@ -28,6 +28,7 @@ from typing import Any
 from packaging.version import Version
 
 from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS, BuildConfig, load_build_toml
+from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.layout import BuildDir
@@ -39,7 +40,6 @@ from kernel_matrix.planning.matrix import (
     github_matrix,
     load_matrix,
     select,
-    suggest,
 )
 
 
@@ -157,7 +157,9 @@ class Selection:
             known = {cell.name for kernel in kernels for cell in kernel_cells(kernel, matrix.cells)}
             for name in self.variants:
                 if name not in known:
-                    raise ConfigError(f"--variant {name}: no kernel of {matrix.path} has it" + suggest(name, known))
+                    raise ConfigError(
+                        f"--variant {name}: no kernel of {matrix.path} has it" + did_you_mean(name, known)
+                    )
             cells = [cell for cell in cells if cell.name in self.variants]
         if not cells:
             # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
@@ -218,7 +220,7 @@ def _pick(kernels: list[Kernel], names: tuple[str, ...], path: Path) -> list[Ker
     for name in names:
         if name not in known:
             raise ConfigError(
-                f"--kernel {name}: {path} names no such kernel (it has {', '.join(known)})" + suggest(name, known)
+                f"--kernel {name}: {path} names no such kernel (it has {', '.join(known)})" + did_you_mean(name, known)
             )
     return [k for k in kernels if k.name in names]
 
