@@ -39,7 +39,7 @@ def check_library(library: Path, *, python_abi: str = PYTHON_ABI, manylinux: str
     return AbiReport(library, python_abi, manylinux, abi3, linux)
 
 
-def check_variant(
+def abi_reports(
     variant_dir: Path, *, python_abi: str = PYTHON_ABI, manylinux: str | None = MANYLINUX
 ) -> list[AbiReport]:
     """A report for every library of a compiled variant; one without a .so is refused."""
@@ -51,7 +51,7 @@ def check_variant(
 def gate(variant_dir: Path, name: str, *, manylinux: str | None = MANYLINUX) -> list[AbiReport]:
     """The ABI gate every variant passes before it replaces a built one or is released:
     kernel-abi-check on each .so; the first failing library is one AbiError line."""
-    reports = check_variant(variant_dir, manylinux=manylinux)
+    reports = abi_reports(variant_dir, manylinux=manylinux)
     for report in reports:
         if not report.ok:
             problems = "; ".join([*report.abi3_violations, *report.manylinux_violations][:3])

@@ -102,11 +102,11 @@ def check_abi(
     ] = MANYLINUX,
 ) -> None:
     """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
-    from kernel_matrix.checking.abi import check_variant
+    from kernel_matrix.checking.abi import abi_reports
     from kernel_matrix.checking.testing import resolve_variant_dir
 
     variant_dir = resolve_variant_dir(variant, build_dir)
-    reports = check_variant(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
+    reports = abi_reports(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
     failed = [r.library.name for r in reports if not r.ok]
     if failed:

@@ -140,41 +140,42 @@ class TvmFfi(Section):
     cxx_flags: list[str] = []
 
 
-class _KernelSection(Section):
+class _KernelSectionBase(Section):
     depends: list[Dependency]
     src: list[str] = Field(min_length=1)
     include: list[str] = []
     cxx_flags: list[str] = []
 
 
-class CpuKernel(_KernelSection):
+class CpuKernel(_KernelSectionBase):
     backend: Literal["cpu"]
 
 
-class CudaKernel(_KernelSection):
+class CudaKernel(_KernelSectionBase):
     backend: Literal["cuda"]
     cuda_capabilities: list[Capability] | None = None
     cuda_flags: list[str] = []
     cuda_minver: Version | None = None
 
 
-class MetalKernel(_KernelSection):
+class MetalKernel(_KernelSectionBase):
     backend: Literal["metal"]
 
 
-class RocmKernel(_KernelSection):
+class RocmKernel(_KernelSectionBase):
     backend: Literal["rocm"]
     rocm_archs: list[str] | None = None
     hip_flags: list[str] = []
 
 
-class XpuKernel(_KernelSection):
+class XpuKernel(_KernelSectionBase):
     backend: Literal["xpu"]
     sycl_flags: list[str] = []
 
 
-Kernel = Annotated[CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel, Field(discriminator="backend")]
-_KERNEL_MODELS: dict[str, type[_KernelSection]] = {
+# A [kernel.<name>] section: its `backend` says which of these it is.
+KernelSection = Annotated[CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel, Field(discriminator="backend")]
+_KERNEL_MODELS: dict[str, type[_KernelSectionBase]] = {
     "cpu": CpuKernel,
     "cuda": CudaKernel,
     "metal": MetalKernel,
@@ -189,7 +190,7 @@ class BuildConfig(Section):
     torch: Torch | None = None
     torch_noarch: TorchNoarch | None = None
     tvm_ffi: TvmFfi | None = None
-    kernel: dict[str, Kernel] = {}
+    kernel: dict[str, KernelSection] = {}
 
     @property
     def noarch(self) -> bool:

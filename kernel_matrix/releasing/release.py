@@ -32,7 +32,7 @@ def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def check_variant(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict[str, Any]:
+def checked_metadata(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict[str, Any]:
     """The variant's metadata.json, after checking it matches the kernel, its
     digest holds, and its libraries pass the ABI gate."""
     from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
@@ -103,7 +103,7 @@ def prepare_release(
         )
     if not built:
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
-    metadata = {name: check_variant(build_dir / name, config, manylinux=manylinux) for name in built}
+    metadata = {name: checked_metadata(build_dir / name, config, manylinux=manylinux) for name in built}
     return Release(config=config, metadata=metadata, files=release_files(build_dir, built))
 
 

@@ -194,14 +194,14 @@ def test_only_plain_files_and_folders_come_back(tmp_path, kind):
 def test_publish_refuses_a_variant_holding_a_link(tmp_path):
     from kernel_matrix.config.buildtoml import load_build_toml
     from kernel_matrix.errors import ConfigError
-    from kernel_matrix.releasing.release import check_variant
+    from kernel_matrix.releasing.release import checked_metadata
 
     variant = tmp_path / "torch214-cxx11-cpu-x86_64-linux"
     variant.mkdir()
     (variant / "metadata.json").write_text("{}")
     (variant / "evil.py").symlink_to("/etc/passwd")
     with pytest.raises(ConfigError, match="evil.py, a symbolic link: refused"):
-        check_variant(variant, load_build_toml(REPO / "kernel"), manylinux=None)
+        checked_metadata(variant, load_build_toml(REPO / "kernel"), manylinux=None)
 
 
 def test_a_poisoned_cache_merge_changes_nothing_it_should_not(tmp_path):
