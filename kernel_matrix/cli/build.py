@@ -23,6 +23,7 @@ from kernel_matrix.cli.options import (
     Python,
     check_capabilities,
     make_build_dir,
+    resolve,
     selection_of,
 )
 from kernel_matrix.errors import BuildError, ConfigError, ExitCode
@@ -95,7 +96,7 @@ def build(
             raise ConfigError(
                 "--python and --backend are for native builds; a container build takes them from the cell"
             )
-        resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+        resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
         shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
         _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout)
         return
@@ -247,7 +248,7 @@ def wheels(
     Compiled kernels only: a Python-only kernel's variants are not per torch, so no wheel label fits them."""
     from kernel_matrix.releasing.wheels import build_wheels
 
-    resolved = selection_of(file, profile, only, variant, kernel, kernel_dir).resolve()
+    resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
     selected = bool(profile or only or variant)
     work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
     if not work:
@@ -289,7 +290,7 @@ def shell(
     from kernel_matrix.containers.engine import connect
     from kernel_matrix.containers.images import PipSetup
 
-    resolved = selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir).resolve()
+    resolved = resolve(selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir))
     if len(resolved.cells) != 1:
         names = ", ".join(k.name for k in resolved.kernels)
         raise ConfigError(f"{variant}: a variant of several kernels ({names}): name one with --kernel")

@@ -16,6 +16,7 @@ from kernel_matrix.cli.options import (
     OnlyOption,
     ProfileOption,
     VariantOption,
+    resolve,
     selection_of,
 )
 
@@ -59,7 +60,7 @@ def matrix(
         check_sources(matrix, GithubEvent.from_environment())  # the indexes it asks are the matrix's
         run_check(matrix, console)
         return
-    resolved = selection.resolve()
+    resolved = resolve(selection)
     for warning in resolved.matrix.warnings:
         console.print(styled((warning, "yellow")), soft_wrap=True)
     cells = list(resolved.cells)

@@ -13,7 +13,7 @@ from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
-    from kernel_matrix.planning.selection import Selection
+    from kernel_matrix.planning.selection import Resolved, Selection
 
 
 # The options of every command that reads the matrix: resolved once by Selection.
@@ -54,6 +54,14 @@ def selection_of(
         kernels=tuple(kernel or ()),
         kernel_dir=kernel_dir,
     )
+
+
+def resolve(selection: Selection) -> Resolved:
+    """The selection's kernels and cells. The `local` profile's machine (this host's arch
+    and nvcc) is probed here, at the edge: the matrix's selection takes it as a value."""
+    from kernel_matrix.planning.toolchain import this_machine
+
+    return selection.resolve(this_machine() if selection.profile == "local" else None)
 
 
 def parse_build_dir(value: str | Path) -> Path:

@@ -11,7 +11,14 @@ import typer
 from kernel_matrix.checking.abi import MANYLINUX
 from kernel_matrix.cli import render
 from kernel_matrix.cli.console import console, stdout, styled
-from kernel_matrix.cli.options import BuildDirOption, KernelDirOption, KernelOption, MatrixFileOption, selection_of
+from kernel_matrix.cli.options import (
+    BuildDirOption,
+    KernelDirOption,
+    KernelOption,
+    MatrixFileOption,
+    resolve,
+    selection_of,
+)
 
 if TYPE_CHECKING:
     from kernel_matrix.releasing.publish import Plan
@@ -43,7 +50,7 @@ def publish(
     from kernel_matrix.releasing.kernel_card import kernel_card
     from kernel_matrix.releasing.release import prepare_releases
 
-    resolved = selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir).resolve()
+    resolved = resolve(selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir))
     if tag is not None:
         hub.check_tag(tag)
     releases = prepare_releases(

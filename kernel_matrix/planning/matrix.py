@@ -1,11 +1,13 @@
 """build_matrix.yaml -> the list of cells (variants) to build, with everything a
 CI job needs. One pure function from the file (and the machine, for the `local`
-profile) to cells; all pruning happens here, never in workflow YAML."""
+profile: a Machine value, probed by the caller with toolchain.this_machine) to
+cells; all pruning happens here, never in workflow YAML."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from kernel_matrix.config.matrix_schema import (
 from kernel_matrix.config.yamlsource import Located, YamlProblems, load_located
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.capabilities import default_capabilities
-from kernel_matrix.planning.variants import Variant, cuda_tag, host_arch
+from kernel_matrix.planning.variants import Variant, cuda_tag
 
 # GitHub Actions refuses a job matrix with more cells than this.
 GITHUB_MATRIX_LIMIT = 256
@@ -44,13 +46,6 @@ class Machine:
 
     arch: str
     nvcc: str | None  # "13.0", or None without nvcc
-
-    @staticmethod
-    def this_host() -> Machine:
-        from kernel_matrix.planning.toolchain import find_nvcc
-
-        nvcc = find_nvcc()
-        return Machine(arch=host_arch(), nvcc=nvcc.version if nvcc else None)
 
 
 @dataclass(frozen=True)
@@ -98,7 +93,14 @@ class Matrix:
     spec: MatrixFile
     cells: list[Cell]
     located: Located
-    warnings: list[str] = field(default_factory=list)
+
+    @cached_property
+    def warnings(self) -> list[str]:
+        """Cells whose names the installed `kernels` loader would not accept. Computed
+        when read (only `kernel-matrix matrix` shows them): it imports `kernels`, whose
+        package imports huggingface_hub's client, most of a matrix-reading command's
+        start-up time."""
+        return _loader_warnings(self.path, self.located, self.cells)
 
 
 class _Problems:
@@ -288,9 +290,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
     if not cells:
         raise ConfigError(f"{path}:1:1: the matrix has no cells (everything is excluded?)")
     ordered = sorted(cells.values(), key=_cell_order)
-    return Matrix(
-        path=path, spec=spec, cells=ordered, located=located, warnings=_loader_warnings(path, located, ordered)
-    )
+    return Matrix(path=path, spec=spec, cells=ordered, located=located)
 
 
 def _cell_order(cell: Cell) -> tuple[Version, bool, Version, str]:
@@ -366,6 +366,8 @@ def _check_capabilities(
 
 def _loader_warnings(path: Path, located: Located, cells: list[Cell]) -> list[str]:
     """Cells whose names the installed `kernels` loader would not accept."""
+    # Imported here, not at the top: `kernels` costs every command that reads the matrix
+    # (build, wheels, shell, publish, clean) its start-up time, and only `matrix` warns.
     from kernels.variants import parse_variant
 
     warnings = []
@@ -388,12 +390,14 @@ def select(
     variants: Iterable[str] = (),
     machine: Machine | None = None,
 ) -> list[Cell]:
-    """The cells of a profile, narrowed by --only and --variant; refuses empty or oversized selections."""
+    """The cells of a profile, narrowed by --only and --variant; refuses empty or oversized
+    selections. machine: what the `local` profile selects for (toolchain.this_machine())."""
     cells = matrix.cells
     if profile == "pr":
         cells = _pr_profile(cells)
     elif profile == "local":
-        machine = machine or Machine.this_host()
+        if machine is None:
+            raise ValueError("the local profile selects for a machine: pass toolchain.this_machine()")
         cells = [
             c
             for c in cells

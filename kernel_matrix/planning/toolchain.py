@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_matrix.errors import ToolchainError
+from kernel_matrix.planning.matrix import Machine
 from kernel_matrix.planning.variants import host_arch
 
 # Runs in the target interpreter. torch/version.py is plain assignments, so it is
@@ -165,6 +166,13 @@ class Toolchain:
     @staticmethod
     def probe(python: str | None = None) -> Toolchain:
         return Toolchain(torch=probe_torch(python), nvcc=find_nvcc(), cxx=find_cxx(), arch=host_arch())
+
+
+def this_machine() -> Machine:
+    """This host, as the matrix's `local` profile sees it: its arch and its nvcc's CUDA
+    version (a probe: the CLI calls it, the matrix takes the value)."""
+    nvcc = find_nvcc()
+    return Machine(arch=host_arch(), nvcc=nvcc.version if nvcc else None)
 
 
 def find_cxx() -> str:
