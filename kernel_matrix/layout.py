@@ -6,6 +6,7 @@
 <folder>/.inputs/<variant>.sha256   what a container-built variant was made from
 <root>/.cache/objects/<trust>/<kernel>/  the compiled-object cache: a scope per kernel and trust
 <root>/summary.md                   the last container build's table
+<out>/.cache-new/                   a build container's new object-cache entries, merged by the host
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 METADATA = "metadata.json"
 # The build folder's own subfolders (clean removes them; they are never a variant).
 LOGS, CACHE = "logs", ".cache"
+# A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).
+CACHE_WRITES = CACHE + "-new"
 
 
 def is_built(variant_dir: Path) -> bool:
@@ -60,6 +63,12 @@ class BuildDir:
     def cache(self) -> Path:
         """The default object cache's root (--cache-dir): the scopes of every kernel are under it."""
         return self.root / CACHE / "objects"
+
+    @property
+    def cache_writes(self) -> Path:
+        """Where a build container writes new object-cache entries: the host merges them
+        into the scope it chose once the variant has passed its checks."""
+        return self.root / CACHE_WRITES
 
     @property
     def summary(self) -> Path:

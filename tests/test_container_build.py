@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 from conftest import KERNEL_DIR, ONE_KERNEL_TEST, container_build_cli, kernel_matrix
 
-from kernel_matrix.containers import container_build
+from kernel_matrix.checking import abi
+from kernel_matrix.cli.render import summary_markdown
+from kernel_matrix.containers import container_build, images, pool
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
 from kernel_matrix.planning.matrix import load_matrix, select
 
@@ -82,19 +84,19 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
         built.append(cell.name)
         return tmp_path / cell.name, {"compiled": 1, "cached": 2}
 
-    monkeypatch.setattr(container_build, "build_cell", fake_build)
-    monkeypatch.setattr(container_build.images, "offline_base", lambda client, log: "base")
-    monkeypatch.setattr(container_build.images, "builder_image", lambda client, base, **kw: "builder")
+    monkeypatch.setattr(pool, "build_cell", fake_build)
+    monkeypatch.setattr(images, "offline_base", lambda client, log: "base")
+    monkeypatch.setattr(images, "builder_image", lambda client, base, **kw: "builder")
     from types import SimpleNamespace
 
     client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
-    results = container_build.build_cells(
+    results = pool.build_cells(
         client, cells, kernel_dir=KERNEL_DIR, build_dir=tmp_path, image_kind="offline", jobs=None, log=lambda m: None
     )
     assert [r.ok for r in results] == [c.variant.cuda != "12.6" for c in cells]
     assert sorted(built) == sorted(c.name for c in cells if c.variant.cuda != "12.6")
     assert {r.objects for r in results if r.ok} == {"2 of 3"}
-    summary = container_build.summary_markdown(results).splitlines()
+    summary = summary_markdown(results).splitlines()
     assert summary[0].startswith("| kernel | variant | status | seconds | .so size | objects cached |")
     assert any("| FAILED |" in line and "compile failed" in line for line in summary)
 
@@ -114,7 +116,7 @@ def test_the_abi_gate_fails_a_library_that_needs_a_newer_glibc(tmp_path):
     variant.mkdir()
     subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "new.c"), "-o", str(variant / "_x.abi3.so")], check=True)
     with pytest.raises(AbiError, match=r"variant: _x.abi3.so fails the ABI check \(manylinux_2_28.*GLIBC"):
-        container_build.abi_gate(variant, "variant")
+        abi.gate(variant, "variant")
 
 
 def test_the_compat_header_keeps_libdl_calls_at_glibc_2_28(tmp_path):
@@ -136,7 +138,7 @@ def test_the_compat_header_keeps_libdl_calls_at_glibc_2_28(tmp_path):
     variant.mkdir()
     compile_ = ["gcc", "-shared", "-fPIC", "-include", str(COMPAT_SYMBOLS), str(tmp_path / "dl.c")]
     subprocess.run([*compile_, "-o", str(variant / "_x.abi3.so")], check=True)
-    container_build.abi_gate(variant, "variant")  # passes: every libdl call at its 2.2.5/2.17 version
+    abi.gate(variant, "variant")  # passes: every libdl call at its 2.2.5/2.17 version
     symbols = subprocess.run(["objdump", "-T", str(variant / "_x.abi3.so")], capture_output=True, text=True).stdout
     assert "GLIBC_2.34" not in symbols and "dlopen" in symbols
 
@@ -304,8 +306,8 @@ def test_several_failing_cells_exit_with_the_code_they_share(monkeypatch, tmp_pa
         (tmp_path / "out" / cell.name).mkdir(parents=True)
         return tmp_path / "out" / cell.name, {}
 
-    monkeypatch.setattr(container_build, "build_cell", fake_build)
-    monkeypatch.setattr(container_build, "builder_for", lambda *a, **kw: "builder")
+    monkeypatch.setattr(pool, "build_cell", fake_build)
+    monkeypatch.setattr(images, "builder_for", lambda *a, **kw: "builder")
     engine = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
     monkeypatch.setattr(container_build, "connect", lambda: engine)
     variants = [arg for cell in cells for arg in ("--variant", cell.name)]

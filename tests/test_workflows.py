@@ -876,7 +876,7 @@ def test_the_cells_wheels_never_share_a_name():
 
 
 def test_the_summary_step_merges_the_cells_tables(tmp_path):
-    from kernel_matrix.containers.container_build import summary_markdown
+    from kernel_matrix.cli.render import summary_markdown
 
     # What `kernel-matrix build` writes to build/summary.md for no cells: the two header lines the awk keeps once.
     header = summary_markdown([]) + "\n"

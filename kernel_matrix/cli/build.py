@@ -4,6 +4,7 @@ their cells' builder images, and wheels of them."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from kernel_matrix.building.compile import Step
     from kernel_matrix.building.objcache import ObjectCache
     from kernel_matrix.containers.build_request import BuildRequest
+    from kernel_matrix.containers.pool import CellResult
     from kernel_matrix.planning.matrix import Matrix
     from kernel_matrix.planning.selection import Kernel, Resolved
 
@@ -217,6 +219,7 @@ def _build_in_containers(
         log=lambda m: console.print(m),
         progress=lambda names: live_progress(console, names),
     )
+    _write_summary(BuildDir(build_dir), results)
     stdout.print(render.build_results_table(results))
     failures = [r for r in results if not r.ok]
     if failures:
@@ -226,6 +229,16 @@ def _build_in_containers(
         error = BuildError(f"{len(failures)} of {len(results)} cells failed: {', '.join(names)}")
         error.exit_code = codes.pop() if len(codes) == 1 else ExitCode.BUILD
         raise error
+
+
+def _write_summary(build_dir: BuildDir, results: list[CellResult]) -> None:
+    """The results' table, for CI: <build-dir>/summary.md (each cell's job uploads it) and,
+    in a GitHub Actions step, the job's summary page."""
+    summary = render.summary_markdown(results) + "\n"
+    build_dir.summary.write_text(summary)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
+            f.write(summary)
 
 
 def wheels(
@@ -285,10 +298,10 @@ def shell(
     unless --writable), network off, no capabilities, a read-only root with a writable /tmp."""
     import subprocess
 
-    from kernel_matrix.containers.container_build import builder_for, shell_command
     from kernel_matrix.containers.container_output import strip_set_id_bits
     from kernel_matrix.containers.engine import connect
-    from kernel_matrix.containers.images import PipSetup
+    from kernel_matrix.containers.images import PipSetup, builder_for
+    from kernel_matrix.containers.shell import shell_command
 
     resolved = resolve(selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir))
     if len(resolved.cells) != 1:

@@ -1,5 +1,6 @@
 """What the command line prints: rich tables of cells, build results, wheels, ABI
-reports and release plans. Pure functions from results to renderables."""
+reports and release plans, and the container builds' Markdown table (build/summary.md,
+the GitHub job summary). Pure functions from results to renderables."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from kernel_matrix.checking.abi import AbiReport
-    from kernel_matrix.containers.container_build import CellResult
+    from kernel_matrix.containers.pool import CellResult
     from kernel_matrix.planning.matrix import Cell
     from kernel_matrix.releasing.publish import Plan
     from kernel_matrix.releasing.wheels import WheelResult
@@ -51,11 +52,35 @@ def cells_table(title: str, cells: Sequence[Cell]) -> Table:
     return table
 
 
-def build_results_table(results: Sequence[CellResult]) -> Table:
-    from kernel_matrix.containers.container_build import SUMMARY_COLUMNS, summary_rows
+SUMMARY_COLUMNS = ("kernel", "variant", "status", "seconds", ".so size", "objects cached", "image", "result")
 
+
+def summary_rows(results: Sequence[CellResult]) -> list[tuple[str, ...]]:
+    return [
+        (
+            r.cell.kernel or "-",
+            r.cell.name,
+            r.status,
+            f"{r.seconds:.1f}",
+            f"{r.so_bytes / 1e6:.2f} MB" if r.so_bytes else "-",
+            r.objects,
+            r.image or "-",
+            r.message,
+        )
+        for r in results
+    ]
+
+
+def summary_markdown(results: Sequence[CellResult]) -> str:
+    """The results as a Markdown table (for build/summary.md and the GitHub job summary)."""
+    rows = ["| " + " | ".join(row) + " |" for row in summary_rows(results)]
+    header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
+    return "\n".join([header, "|" + "---|" * len(SUMMARY_COLUMNS), *rows])
+
+
+def build_results_table(results: Sequence[CellResult]) -> Table:
     table = _table(f"container builds ({len(results)} cells)", SUMMARY_COLUMNS)
-    for r, row in zip(results, summary_rows(list(results)), strict=True):
+    for r, row in zip(results, summary_rows(results), strict=True):
         table.add_row(*row[:2], _status(r.ok, r.status), *row[3:])
     return table
 

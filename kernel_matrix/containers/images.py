@@ -33,6 +33,7 @@ from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.containers.engine import Mount, container
 from kernel_matrix.errors import EngineError
 from kernel_matrix.planning import torch_cuda
+from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.variants import cuda_major, cuda_tag, host_arch, torch_tag
 
 OFFLINE_SUITE = "bookworm"
@@ -357,3 +358,22 @@ def official_builder(
     except docker.errors.DockerException as exc:
         raise EngineError(f"creating {tag} failed: {str(exc).splitlines()[0][:300]}") from None
     return tag
+
+
+def builder_for(
+    client: docker.DockerClient,
+    cell: Cell,
+    image_kind: str,
+    pip: PipSetup,
+    log: Callable[[str], None] = print,
+) -> str:
+    """The cell's builder image of image_kind (official or offline), made (once) if it is missing."""
+    if image_kind == "official":
+        variant = cell.variant
+        return official_builder(
+            client, cell.image, torch=variant.torch, cuda=variant.cuda, torch_index=cell.torch_index, log=log
+        )
+    base = offline_base(client, log=log)
+    return builder_image(
+        client, base, torch=cell.variant.torch, cuda=cell.variant.cuda, torch_index=cell.torch_index, pip=pip, log=log
+    )

@@ -131,9 +131,9 @@ class Rebuilder:
 
         from docker.errors import DockerException
 
-        from kernel_matrix.containers.container_build import build_cell, builder_for
+        from kernel_matrix.containers.cell import build_cell
         from kernel_matrix.containers.engine import connect
-        from kernel_matrix.containers.images import PipSetup
+        from kernel_matrix.containers.images import PipSetup, builder_for
         from kernel_matrix.errors import EngineError
         from kernel_matrix.planning.selection import Selection
 

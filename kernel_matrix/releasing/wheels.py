@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
+from docker.errors import DockerException
 
 from kernel_matrix.checking.abi import MANYLINUX, PYTHON_ABI
 from kernel_matrix.containers.container_output import check_tree
-from kernel_matrix.errors import AbiError, BuildError, ToolchainError
+from kernel_matrix.containers.engine import connect
+from kernel_matrix.containers.images import PipSetup, builder_for
+from kernel_matrix.errors import AbiError, BuildError, KernelMatrixError, ToolchainError
 from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.selection import KernelCells
@@ -202,13 +205,6 @@ def build_wheels(
     work: list[KernelCells], *, image_kind: str, out_dir: Path, log: Callable[[str], None] = print
 ) -> list[WheelResult]:
     """A wheel per cell, in the cell's builder image; one cell's failure never stops the others."""
-    from docker.errors import DockerException
-
-    from kernel_matrix.containers.container_build import builder_for
-    from kernel_matrix.containers.engine import connect
-    from kernel_matrix.containers.images import PipSetup
-    from kernel_matrix.errors import KernelMatrixError
-
     client, pip = connect(), PipSetup.from_host()
     results = []
     for item in work:
