@@ -67,6 +67,38 @@ def test_bad_build_toml_is_one_clear_line(kernel_copy, tmp_path, case):
     assert text.startswith(f"{kernel_copy / 'build.toml'}:{line}:"), text
 
 
+def test_every_problem_of_a_build_toml_gets_its_own_line(kernel_copy, tmp_path):
+    # Three problems of three kinds: a key, a value, a file; all reported in one run.
+    _edit(kernel_copy, 'license = "Apache-2.0"', 'license = "Apache-2.0"\nlicence = "MIT"')
+    _edit(kernel_copy, "version = 1", 'version = "one"')
+    _edit(kernel_copy, '"csrc/img2gray_cpu.cpp",', '"csrc/nope.cpp",')
+    path = kernel_copy / "build.toml"
+    licence, version, src = (
+        _line_of(kernel_copy, m) for m in ("licence =", 'version = "one"', "[kernel.img2gray_cuda]")
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    assert sorted(str(raised.value).splitlines()) == sorted(
+        [
+            f"{path}:{licence}:1: unknown key 'general.licence'; did you mean 'license'?",
+            f"{path}:{version}:1: 'general.version' = 'one': Input should be a valid integer",
+            f"{path}:{src + 3}:1: source file 'csrc/nope.cpp' does not exist in {kernel_copy}",
+        ]
+    )
+    build_dir = tmp_path / "build"
+    result = kernel_matrix("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 3 and not build_dir.exists(), result.stderr
+
+
+def test_a_union_value_is_one_problem_not_one_per_member(kernel_copy):
+    _edit(kernel_copy, "[torch]\n", "[torch]\nstable-abi = 5\n")
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    (line,) = str(raised.value).splitlines()
+    assert "'torch.stable-abi' = 5" in line, line
+
+
 def test_the_cli_reports_bad_build_toml_with_exit_code_2_and_builds_nothing(kernel_copy, tmp_path):
     _edit(kernel_copy, "version = 1", "version = 1\nflavour = 2")
     build_dir = tmp_path / "build"

@@ -218,3 +218,12 @@ def _load_or_config_error(tmp_path, text):
         load_matrix(path)
     except ConfigError as exc:
         assert all(line.startswith(f"{path}:") for line in str(exc).splitlines()), str(exc)
+
+
+def test_one_did_you_mean_for_both_files():
+    from kernel_matrix.config.didyoumean import did_you_mean
+
+    assert did_you_mean("archz", ["archs", "torch"]) == "; did you mean archs?"
+    assert did_you_mean("licence", ["license"], quote="'") == "; did you mean 'license'?"
+    # One cutoff (difflib's 0.6): two short names sharing two letters are not offered.
+    assert did_you_mean("cpu", ["cuda"]) == ""

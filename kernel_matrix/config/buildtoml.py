@@ -19,7 +19,7 @@ from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.section import Section
-from kernel_matrix.config.sourcelines import toml_key_position, where
+from kernel_matrix.config.sourcelines import Problems, toml_key_position, where
 from kernel_matrix.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -225,7 +225,10 @@ class BuildConfig(Section):
 
 
 def load_build_toml(kernel_dir: Path) -> BuildConfig:
-    """Parse kernel_dir/build.toml; any problem is one ConfigError line with file:line:col."""
+    """Parse kernel_dir/build.toml. Its problems are one ConfigError, a
+    `file:line:col: message` line each: all of them, except where the file
+    cannot be read further (too deep, not TOML, an edition kernel-builder no
+    longer reads), which stops at that one."""
     path = kernel_dir / "build.toml"
     text = read_config(path, "build.toml")  # its size, before any of it is parsed
     _check_nesting(path, text)
@@ -239,13 +242,20 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
         line, col = (int(position.group(1)), int(position.group(2))) if position else (1, 1)
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
-    _check_edition(path, text, raw)
+    problems = Problems(path)
+    if not _check_edition(problems, text, raw):
+        problems.raise_if_any()  # another format: reading it as edition 5 would only say so again
+    config = None
     try:
         config = BuildConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_first_problem(path, text, raw, exc)) from None
-    _check_framework(path, text, raw, config)
-    _check_sources(path, text, kernel_dir, config)
+        for line, col, message in _validation_problems(text, raw, exc):
+            problems.add(line, col, message)
+    # These read the parsed text, not the model, so they run where it did not validate too.
+    _check_framework(problems, text, raw)
+    _check_sources(problems, text, kernel_dir, raw)
+    problems.raise_if_any()
+    assert config is not None  # a ValidationError added at least one problem
     return config
 
 
@@ -302,32 +312,35 @@ _EDITION_5_ONLY = [
 ]
 
 
-def _check_edition(path: Path, text: str, raw: dict[str, Any]) -> None:
-    """Edition 5 as is, edition 4 (no `edition`) upgraded in memory, older ones refused."""
+def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
+    """Edition 5 as is, edition 4 (no `edition`) upgraded in memory, older ones refused.
+    False where the file is no edition 4 or 5 (nothing else in it is checked)."""
     section = raw.get("general")
     general: dict[str, Any] = section if isinstance(section, dict) else {}
     edition = general.get("edition")
     migrate = "migrate it with `kernel-builder update-build` (it writes edition 5)"
     if edition is None:
         if "backends" not in general:
-            line, col = toml_key_position(text, ("general",))
-            raise ConfigError(f"{where(path, line, col)}: edition 3 or older (no general.backends): {migrate}")
+            problems.add(*toml_key_position(text, ("general",)), f"edition 3 or older (no general.backends): {migrate}")
+            return False
         for loc in _EDITION_5_ONLY:
             if _lookup(raw, loc) is not None:
-                line, col = toml_key_position(text, loc)
-                raise ConfigError(
-                    f"{where(path, line, col)}: '{'.'.join(loc)}' needs edition 5: add `edition = 5` to [general]"
+                problems.add(
+                    *toml_key_position(text, loc), f"'{'.'.join(loc)}' needs edition 5: add `edition = 5` to [general]"
                 )
-        abi = _lookup(raw, ("torch", "stable-abi"))
-        if isinstance(abi, dict):
-            line, col = toml_key_position(text, ("torch", "stable-abi"))
-            raise ConfigError(
-                f"{where(path, line, col)}: a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`"
+        if isinstance(_lookup(raw, ("torch", "stable-abi")), dict):
+            problems.add(
+                *toml_key_position(text, ("torch", "stable-abi")),
+                "a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`",
             )
     elif edition != 5 or isinstance(edition, bool):
-        line, col = toml_key_position(text, ("general", "edition"))
         hint = migrate if isinstance(edition, int) and edition < 5 else "kernel-builder knows edition 5 (or none: 4)"
-        raise ConfigError(f"{where(path, line, col)}: general.edition = {edition!r} is not supported: {hint}")
+        problems.add(
+            *toml_key_position(text, ("general", "edition")),
+            f"general.edition = {edition!r} is not supported: {hint}",
+        )
+        return False
+    return True
 
 
 def _lookup(data: object, loc: tuple[str, ...]) -> object:
@@ -336,19 +349,18 @@ def _lookup(data: object, loc: tuple[str, ...]) -> object:
     return data
 
 
-def _check_framework(path: Path, text: str, raw: dict[str, Any], config: BuildConfig) -> None:
+def _check_framework(problems: Problems, text: str, raw: dict[str, Any]) -> None:
     found = [name for name in FRAMEWORKS if name in raw]
     if len(found) != 1:
-        line, col = toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)
-        raise ConfigError(
-            f"{where(path, line, col)}: a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] "
-            f"(found {', '.join(f'[{n}]' for n in found) or 'none'})"
+        problems.add(
+            *(toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)),
+            "a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] "
+            f"(found {', '.join(f'[{n}]' for n in found) or 'none'})",
         )
-    if config.tvm_ffi is not None:
-        line, col = toml_key_position(text, ("tvm-ffi",))
-        raise ConfigError(
-            f"{where(path, line, col)}: [tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and "
-            "[torch-noarch] kernels)"
+    elif found == ["tvm-ffi"]:
+        problems.add(
+            *toml_key_position(text, ("tvm-ffi",)),
+            "[tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and [torch-noarch] kernels)",
         )
 
 
@@ -367,12 +379,37 @@ def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...]) -> type[Base
     return model
 
 
-def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationError) -> str:
-    error: Mapping[str, Any] = exc.errors()[0]
+def _validation_problems(text: str, raw: dict[str, Any], exc: ValidationError) -> list[tuple[int, int, str]]:
+    """(line, col, message) for each place the model refuses, once: a value of a
+    union (stable-abi) fails once per member, and the first says enough."""
+    problems: dict[tuple[str | int, ...], tuple[int, int, str]] = {}
+    for error in exc.errors():
+        loc = _key_path(raw, error)
+        if loc not in problems:
+            problems[loc] = _describe(text, raw, loc, error)
+    return list(problems.values())
+
+
+def _key_path(raw: dict[str, Any], error: Mapping[str, Any]) -> tuple[str | int, ...]:
+    """pydantic's error location as keys of the file: less a [kernel.*] section's
+    backend tag and union members' names ("str"), which are none."""
     loc = tuple(error["loc"])
-    # A [kernel.*] section's errors carry its backend tag after the name: not a key of the file.
     if len(loc) >= 3 and loc[0] == "kernel" and loc[2] in _KERNEL_MODELS:
         loc = loc[:2] + loc[3:]
+    missing = loc[-1:] if error["type"] == "missing" else ()  # the key to add: not in the file
+    path: list[str | int] = []
+    node: object = raw
+    for part in loc[: len(loc) - len(missing)]:
+        children = node if isinstance(node, dict) else dict(enumerate(node)) if isinstance(node, list) else {}
+        if part in children:
+            node = children[part]
+            path.append(part)
+    return (*path, *missing)
+
+
+def _describe(
+    text: str, raw: dict[str, Any], loc: tuple[str | int, ...], error: Mapping[str, Any]
+) -> tuple[int, int, str]:
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a [kernel.*] section's backend
         backend = _lookup(raw, (*map(str, loc), "backend"))
         loc = (*loc, "backend")
@@ -390,7 +427,7 @@ def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationEr
         what = f"missing required key '{dotted}'"
     else:
         what = f"'{dotted}' = {error.get('input')!r}: {error['msg']}"
-    return f"{where(path, line, col)}: {what}"
+    return line, col, what
 
 
 # A [kernel.<name>] section's name: it names a folder of object files, so no
@@ -398,32 +435,38 @@ def _first_problem(path: Path, text: str, raw: dict[str, Any], exc: ValidationEr
 SECTION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
-def _check_sources(path: Path, text: str, kernel_dir: Path, config: BuildConfig) -> None:
+def _check_sources(problems: Problems, text: str, kernel_dir: Path, raw: dict[str, Any]) -> None:
     """Section names are plain names; every path resolves inside the kernel
-    directory (what the kernel's commit covers); source files exist."""
-    for name in config.kernel:
+    directory (what the kernel's commit covers); source files exist. Read from
+    the parsed text: a list the model refused is checked as far as it holds text."""
+    sections = raw.get("kernel")
+    sections = sections if isinstance(sections, dict) else {}
+    for name in sections:
         if not SECTION_NAME.match(name):
             line = next(
                 (i for i, ln in enumerate(text.splitlines(), 1) if ln.lstrip().startswith("[") and name in ln), 1
             )
-            raise ConfigError(
-                f"{where(path, line, 1)}: [kernel.{json.dumps(name)}]: a section name may only hold letters, "
-                "digits, '_' and '-'"
+            problems.add(
+                line,
+                1,
+                f"[kernel.{json.dumps(name)}]: a section name may only hold letters, digits, '_' and '-'",
             )
     root = kernel_dir.resolve()
-    lists: list[tuple[tuple[str, ...], list[str], bool]] = []
-    if config.torch is not None:
-        lists += [(("torch", "src"), config.torch.src, True), (("torch", "include"), config.torch.include, False)]
-    for name, k in config.kernel.items():
-        lists += [(("kernel", name, "src"), k.src, True), (("kernel", name, "include"), k.include, False)]
-    for loc, entries, are_files in lists:
-        for entry in entries:
+    lists: list[tuple[tuple[str, ...], bool]] = [(("torch", key), key == "src") for key in ("src", "include")]
+    lists += [(("kernel", name, key), key == "src") for name in sections for key in ("src", "include")]
+    for loc, are_files in lists:
+        entries = _lookup(raw, loc)
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, str):
+                continue  # the model says what is wrong with it
             line, col = toml_key_position(text, loc)
             resolved = (root / entry).resolve()
             if Path(entry).is_absolute() or not resolved.is_relative_to(root):
-                raise ConfigError(
-                    f"{where(path, line, col)}: {'.'.join(loc)} entry '{entry}' is outside the kernel directory "
-                    f"{root} (links followed): only the kernel's own files are built"
+                problems.add(
+                    line,
+                    col,
+                    f"{'.'.join(loc)} entry '{entry}' is outside the kernel directory {root} (links followed): "
+                    "only the kernel's own files are built",
                 )
-            if are_files and not resolved.is_file():
-                raise ConfigError(f"{where(path, line, col)}: source file '{entry}' does not exist in {kernel_dir}")
+            elif are_files and not resolved.is_file():
+                problems.add(line, col, f"source file '{entry}' does not exist in {kernel_dir}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kernel_matrix.errors import ConfigError
+
 
 def toml_key_position(text: str, loc: tuple[str | int, ...]) -> tuple[int, int]:
     """Best line and column (1-based) for a key path in a TOML document.
@@ -36,3 +38,19 @@ def toml_key_position(text: str, loc: tuple[str | int, ...]) -> tuple[int, int]:
 
 def where(path: Path, line: int, col: int) -> str:
     return f"{path}:{line}:{col}"
+
+
+class Problems:
+    """A file's problems, each one `file:line:col: message` line, raised together
+    as one ConfigError: a user fixes them all in one pass, not one per run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[str] = []
+
+    def add(self, line: int, col: int, message: str) -> None:
+        self.lines.append(f"{where(self.path, line, col)}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.lines:
+            raise ConfigError("\n".join(self.lines))
