@@ -1,5 +1,5 @@
-"""kernel/build.toml: the real file parses; every bad input is one line with
-file:line:col, exit code 2, no traceback, nothing built."""
+"""kernel/build.toml: the real file parses; every problem of a bad one is one
+line with file:line:col, all of them, exit code 2, no traceback, nothing built."""
 
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
