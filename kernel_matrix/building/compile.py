@@ -36,7 +36,9 @@ SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 DEFAULT_SOURCE_DATE_EPOCH = "0"
 
 
-def source_date_epoch() -> str:
+def caller_source_date_epoch() -> str:
+    """The caller's SOURCE_DATE_EPOCH, else the default: read once, where a build is
+    planned (native_build.plan_build), and passed on as a value from there."""
     return os.environ.get(SOURCE_DATE_EPOCH) or DEFAULT_SOURCE_DATE_EPOCH
 
 
@@ -207,13 +209,16 @@ def run_steps(
     jobs: int | None = None,
     cache: ObjectCache | None = None,
     progress: Progress | None = None,
+    source_date_epoch: str = DEFAULT_SOURCE_DATE_EPOCH,
 ) -> None:
     """Run the compiles in parallel, then the link; the first failure raises BuildError.
+    source_date_epoch: the moment __DATE__ and __TIME__ expand to, in every compiler's environment.
     on_done(step, cached) follows each step as it ends (progress, if given, is updated
     first); cached is True when the object came from the cache.
     Interrupted (Ctrl-C, or SIGTERM, which the CLI turns into KeyboardInterrupt), it
     stops the compilers that run and starts no other: a build of many files stops at once."""
     stop = threading.Event()  # after the first failure, compiles not yet started are skipped
+    env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch}
     children = _Children()
 
     progress = progress if progress is not None else Progress()
@@ -223,7 +228,7 @@ def run_steps(
         if stop.is_set():
             return step, None, None, 0.0
         started = time.monotonic()
-        failure, cached = _run(step, cwd, cache, children)
+        failure, cached = _run(step, cwd, cache, children, env)
         if failure is not None:
             stop.set()
         return step, failure, cached, time.monotonic() - started
@@ -250,7 +255,7 @@ def run_steps(
         raise BuildError("a compile failed")
     started = time.monotonic()
     try:
-        failure, _ = _run(link, cwd, None, children)
+        failure, _ = _run(link, cwd, None, children, env)
     except BaseException:
         children.stop()
         raise
@@ -299,17 +304,18 @@ class _Children:
                     os.killpg(process.pid, signal.SIGTERM)
 
 
-def _run(step: Step, cwd: Path, cache: ObjectCache | None, children: _Children) -> tuple[BuildError | None, bool]:
+def _run(
+    step: Step, cwd: Path, cache: ObjectCache | None, children: _Children, env: dict[str, str]
+) -> tuple[BuildError | None, bool]:
     step.output.parent.mkdir(parents=True, exist_ok=True)
     if cache is not None and not (step.compilers and cacheable(list(step.compilers))):
         cache = None  # a compile whose compilers the cache cannot identify is not cached
-    if cache is not None and cache.fetch(step.argv, step.output, list(step.compilers)):
+    if cache is not None and cache.fetch(step.argv, step.output, list(step.compilers), env):
         return None, True
     depfile = step.output.with_name(step.output.name + ".d")
     # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
     argv = [*step.argv, *step.tuning, *(["-MD", "-MF", str(depfile)] if cache is not None else [])]
     started = time.time()
-    env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch()}
     try:
         result = children.run(argv, cwd, env)
     except OSError as exc:
@@ -319,5 +325,5 @@ def _run(step: Step, cwd: Path, cache: ObjectCache | None, children: _Children) 
         first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
         return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log), False
     if cache is not None:
-        cache.store(step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started)
+        cache.store(step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started, env=env)
     return None, False

@@ -18,10 +18,12 @@ from packaging.version import Version
 
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.building.compile import (
+    DEFAULT_SOURCE_DATE_EPOCH,
     PY_LIMITED_API,
     PathMap,
     Progress,
     Step,
+    caller_source_date_epoch,
     cxx_compile,
     link_shared,
     nvcc_compile,
@@ -82,6 +84,9 @@ class BuildPlan:
     capabilities: list[str]  # every section's, for metadata.json
     # [kernel.*] name -> the capabilities its .cu files are compiled for
     section_capabilities: dict[str, list[str]] = field(default_factory=dict)
+    # What __DATE__ and __TIME__ expand to (recorded in metadata.json; it changes the
+    # bytes, not the op namespace): the caller's SOURCE_DATE_EPOCH, or a rebuild's record.
+    source_date_epoch: str = DEFAULT_SOURCE_DATE_EPOCH
 
     @property
     def backend(self) -> str:
@@ -175,7 +180,14 @@ def plan_build(
     read it already."""
     kernel_dir = kernel_dir.resolve()
     config = config or load_build_toml(kernel_dir)
-    return plan(kernel_dir, config, Toolchain.probe(python), backend=backend, cuda_capabilities=cuda_capabilities)
+    return plan(
+        kernel_dir,
+        config,
+        Toolchain.probe(python),
+        backend=backend,
+        cuda_capabilities=cuda_capabilities,
+        source_date_epoch=caller_source_date_epoch(),
+    )
 
 
 def plan(
@@ -185,6 +197,7 @@ def plan(
     *,
     backend: str | None = None,
     cuda_capabilities: list[str] | None = None,
+    source_date_epoch: str = DEFAULT_SOURCE_DATE_EPOCH,
 ) -> BuildPlan:
     """The build of kernel_dir with toolchain, as a value: no process is started.
     backend: None for the CUDA variant where the toolchain builds one, else the CPU one.
@@ -254,6 +267,7 @@ def plan(
         cxx=toolchain.cxx,
         capabilities=capabilities,
         section_capabilities=sections,
+        source_date_epoch=source_date_epoch,
     )
 
 
@@ -481,6 +495,7 @@ def build_variant(
                 jobs=parallel.compiles,
                 cache=cache,
                 progress=progress,
+                source_date_epoch=plan.source_date_epoch,
             )
         except BuildError as exc:
             if not exc.log:
@@ -516,6 +531,7 @@ def build_variant(
                 python=plan.torch.python,
                 cxx=plan.cxx,
                 nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+                source_date_epoch=plan.source_date_epoch,
             )
             | {name: found.record() for name, found in plan_dependencies(plan).items()},
         )

@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,10 @@ class ObjectCache:
         also = () if trusted else (cache_scope(cache_root, kernel, trusted=True),)
         return ObjectCache(cache_scope(cache_root, kernel, trusted=trusted), also_reads=also, writes=writes)
 
-    def fetch(self, argv: list[str], output: Path, compilers: list[str]) -> bool:
-        """Copy the cached object for this compile to output; False on a miss."""
-        key = self._key(argv, output, compilers)
+    def fetch(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> bool:
+        """Copy the cached object for this compile to output; False on a miss.
+        env: the compile's environment (default: this process's)."""
+        key = self._key(argv, output, compilers, env)
         for root in self.reads:
             for entry in self._entries(key, root):
                 try:
@@ -93,7 +95,15 @@ class ObjectCache:
         return False
 
     def store(
-        self, argv: list[str], output: Path, compilers: list[str], depfile: Path, *, cwd: Path, started: float
+        self,
+        argv: list[str],
+        output: Path,
+        compilers: list[str],
+        depfile: Path,
+        *,
+        cwd: Path,
+        started: float,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Record a compile's object and what it read (never fails the build).
 
@@ -104,7 +114,7 @@ class ObjectCache:
             if not read or any(_changed_since(p, started) for p in read):
                 return
             inputs = {str(p): self._hash(p) for p in read}
-            key = self._key(argv, output, compilers)
+            key = self._key(argv, output, compilers, env)
             data = output.read_bytes()
             content = hashlib.sha256(data).hexdigest()
             self._write(self.writes / "objects" / content, data)
@@ -193,8 +203,9 @@ class ObjectCache:
             return []
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
-    def _key(self, argv: list[str], output: Path, compilers: list[str]) -> str:
-        environment = {name: os.environ.get(name) for name in COMPILER_ENVIRONMENT}
+    def _key(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> str:
+        env = os.environ if env is None else env
+        environment = {name: env.get(name) for name in COMPILER_ENVIRONMENT}
         parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 

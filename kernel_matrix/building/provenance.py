@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_matrix import PACKAGE_DIR
-from kernel_matrix.building.compile import source_date_epoch
 from kernel_matrix.building.objcache import compiler_identity
 
 
@@ -55,7 +54,7 @@ def builder_git_state() -> GitState | None:
     return git_state(PACKAGE_DIR, env=BUILDER_GIT_ENV)
 
 
-def toolchain(*, torch_version: str, python: str, cxx: str, nvcc: str | None) -> dict[str, str]:
+def toolchain(*, torch_version: str, python: str, cxx: str, nvcc: str | None, source_date_epoch: str) -> dict[str, str]:
     """metadata.json's provenance.toolchain: what compiled the variant, as each tool
     names itself, the build's SOURCE_DATE_EPOCH and, in a container, its image."""
     record = {"torch": torch_version, "python": _python_version(python), "cxx": _first_line(compiler_identity(cxx))}
@@ -63,7 +62,7 @@ def toolchain(*, torch_version: str, python: str, cxx: str, nvcc: str | None) ->
         identity = compiler_identity(nvcc) or ""
         release = re.search(r"release \S+ V([\d.]+)", identity)  # "release 13.0, V13.0.88"
         record["nvcc"] = release.group(1) if release else _first_line(identity)
-    record["source-date-epoch"] = source_date_epoch()
+    record["source-date-epoch"] = source_date_epoch
     if image := os.environ.get(BUILDER_IMAGE_ENV):
         record["builder-image"] = image
     return record

@@ -147,6 +147,7 @@ def verify(
     file) when one differs; 4 when a variant cannot be rebuilt here."""
     from kernel_matrix.releasing.verify import verify_command
 
+    check_verify_options(variants or [], repo_id=repo_id, revision=revision)
     verify_command(
         variants or [],
         repo_id=repo_id,
@@ -161,3 +162,12 @@ def verify(
         log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
         report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
     )
+
+
+def check_verify_options(variants: list[str], *, repo_id: str | None, revision: str | None) -> None:
+    """verify compares local folders (VARIANT...) or a Hub release (--repo-id, --revision): not neither."""
+    if repo_id is None:
+        if revision is not None:
+            raise ConfigError("--revision is for a Hub release: give --repo-id too")
+        if not variants:
+            raise ConfigError("give the VARIANT folders (or names under --build-dir) to verify, or --repo-id")

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.hf_api import RepoFile
 
 from kernel_matrix.errors import ConfigError, NetworkError, PublishError
-from kernel_matrix.releasing.release import ReleaseFile
+from kernel_matrix.releasing.release import ReleaseFile, git_blob_oid
 
 if TYPE_CHECKING:  # checked against the httpx2 the environment has
     import httpx2 as httpx
@@ -31,6 +32,7 @@ else:
     except ImportError:  # pragma: no cover
         import httpx
 
+# The Hub repo type of a kernel release (publish writes one, verify downloads one).
 REPO_TYPE = "kernel"
 TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 T = TypeVar("T")
@@ -105,8 +107,6 @@ def remote_build_files(api: HfApi, repo_id: str, revision: str) -> dict[str, str
     """path -> content id of every file under build/ at revision: the sha256 of
     LFS/Xet files (the Hub stores binaries so; their blob oid hashes the pointer),
     else the git blob oid."""
-    from huggingface_hub.hf_api import RepoFile
-
     try:
         entries = api.list_repo_tree(
             repo_id, path_in_repo="build", recursive=True, revision=revision, repo_type=REPO_TYPE
@@ -143,7 +143,9 @@ def dry_run(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -> 
 
 
 @dataclass
-class Outcome:
+class Published:
+    """What a release left on the Hub: its commit, the card's, its tag."""
+
     plan: Plan
     commit: str | None  # the release commit, None when nothing changed
     card_commit: str | None
@@ -161,7 +163,7 @@ def publish(
     tag: str | None = None,
     retry: Retry | None = None,
     log: Callable[[str], None] = lambda m: None,
-) -> Outcome:
+) -> Published:
     retry = retry or Retry.from_env()
     guard = explain_refusals(repo_id)
     with guard:
@@ -196,7 +198,7 @@ def publish(
         if tag:
             release = commit or plan.parent_commit  # the commit that holds this release
             with_retries(lambda: _tag(api, repo_id, tag, release), retry, log)
-    return Outcome(plan=plan, commit=commit, card_commit=card_commit, tag=tag)
+    return Published(plan=plan, commit=commit, card_commit=card_commit, tag=tag)
 
 
 # git check-ref-format's rules for one tag name (refs/tags/<tag>): no control
@@ -230,10 +232,6 @@ def _tag(api: HfApi, repo_id: str, tag: str, commit: str | None) -> None:
 
 def _update_card(api: HfApi, repo_id: str, card: str) -> str | None:
     """Put the kernel card on main unless it is already there, byte for byte."""
-    from huggingface_hub.hf_api import RepoFile
-
-    from kernel_matrix.releasing.release import git_blob_oid
-
     current = api.get_paths_info(repo_id, ["README.md"], revision="main", repo_type=REPO_TYPE)
     if any(isinstance(f, RepoFile) and f.blob_id == git_blob_oid(card.encode()) for f in current):
         return None
@@ -297,6 +295,4 @@ def _status(exc: BaseException) -> int | None:
 
 
 def _endpoint() -> str:
-    from huggingface_hub import constants
-
     return constants.ENDPOINT

@@ -17,26 +17,48 @@ or CUDA is reported as not verified where no engine answers."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
 import json
-import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import Any, NoReturn, cast, get_args
 
-from kernel_matrix.building.compile import SOURCE_DATE_EPOCH
+from docker.errors import DockerException
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build
+from kernel_matrix.building.provenance import toolchain
 from kernel_matrix.building.variant_dir import variant_files
-from kernel_matrix.errors import ConfigError, NetworkError, NothingToDoError, NotReproducedError, ToolchainError
+from kernel_matrix.checking.testing import resolve_variant_dir
+from kernel_matrix.config.buildtoml import Backend, load_build_toml
+from kernel_matrix.containers.cell import build_cell
+from kernel_matrix.containers.engine import connect
+from kernel_matrix.containers.images import PipSetup, builder_for
+from kernel_matrix.errors import (
+    ConfigError,
+    EngineError,
+    NetworkError,
+    NothingToDoError,
+    NotReproducedError,
+    ToolchainError,
+)
 from kernel_matrix.layout import METADATA, is_built
+from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
+from kernel_matrix.planning.selection import Selection
+from kernel_matrix.releasing.publish import REPO_TYPE
 
-if TYPE_CHECKING:
-    from kernel_matrix.building.native_build import BuildPlan
-
-REPO_TYPE = "kernel"
 # A variant's metadata.json, read as JSON (read_metadata checks backend.type).
 Metadata = dict[str, Any]
 # Fields of metadata.json named in a difference line before "and N more".
@@ -44,7 +66,9 @@ _SHOWN_FIELDS = 4
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Verification:
+    """One variant folder compared with its rebuild."""
+
     variant: str  # the name, as published
     files: int  # files compared
     differences: list[str]  # one line per differing file; empty: identical
@@ -70,8 +94,6 @@ class Rebuilder:
         independent of it). Natively where this host builds that variant with the
         toolchain it records; in its builder image where it does not (or with
         in_container). ToolchainError when it cannot be rebuilt here."""
-        from kernel_matrix.config.buildtoml import load_build_toml
-
         if load_build_toml(self.kernel_dir).noarch:  # Python only: no toolchain, nothing to build in a container
             return self._native_noarch(name, metadata, out)
         if self.in_container:
@@ -93,12 +115,11 @@ class Rebuilder:
                 return self._in_container(name, metadata, out)
             except ToolchainError as exc:
                 self.log(f"{exc}: rebuilding it natively")  # the best there is here, said so
-        return self._native(plan, metadata, out, differences)
+        return self._native(plan, out, differences)
 
     def _plan(self, name: str, metadata: Metadata) -> BuildPlan:
-        """This host's plan for `name`; ToolchainError if this host builds another variant."""
-        from kernel_matrix.building.native_build import plan_build
-
+        """This host's plan for `name`, as it was built (its SOURCE_DATE_EPOCH where it
+        records one); ToolchainError if this host builds another variant."""
         backend = metadata["backend"]["type"]
         archs = metadata["backend"].get("archs")
         plan = plan_build(
@@ -106,19 +127,16 @@ class Rebuilder:
         )
         if plan.variant.name != name:
             raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
+        if epoch := _recorded(metadata, "source-date-epoch"):
+            plan = dataclasses.replace(plan, source_date_epoch=epoch)
         return plan
 
-    def _native(self, plan: BuildPlan, metadata: Metadata, out: Path, differences: str) -> Path:
-        from kernel_matrix.building.native_build import build_variant
-
+    def _native(self, plan: BuildPlan, out: Path, differences: str) -> Path:
         if differences:
             self.log(f"note: {plan.variant.name} was built with {differences}: a difference may come from that")
-        with _environment(SOURCE_DATE_EPOCH, _recorded(metadata, "source-date-epoch")):
-            return build_variant(plan, out).variant_dir
+        return build_variant(plan, out).variant_dir
 
     def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
-        from kernel_matrix.building.native_build import build_noarch
-
         backend = metadata["backend"]["type"]
         made = build_noarch(self.kernel_dir, out, backends=[backend])
         if name not in {m.name for m in made}:
@@ -127,16 +145,6 @@ class Rebuilder:
 
     def _in_container(self, name: str, metadata: Metadata, out: Path) -> Path:
         """The cell's build in its builder image, the same that `build --variant` runs."""
-        import dataclasses
-
-        from docker.errors import DockerException
-
-        from kernel_matrix.containers.cell import build_cell
-        from kernel_matrix.containers.engine import connect
-        from kernel_matrix.containers.images import PipSetup, builder_for
-        from kernel_matrix.errors import EngineError
-        from kernel_matrix.planning.selection import Selection
-
         if self.matrix_file is None:
             raise ToolchainError("no container rebuild: no matrix file names the cells")
         try:
@@ -168,8 +176,6 @@ _TOOLCHAIN_FIELDS = ("torch", "python", "cxx", "nvcc")
 def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
     """How the recorded toolchain differs from this host's for plan ("" if it is the
     same, or if the variant records none: an older kernel-matrix built it)."""
-    from kernel_matrix.building.provenance import toolchain
-
     recorded = metadata.get("provenance", {}).get("toolchain")
     if not isinstance(recorded, dict):
         return ""
@@ -178,6 +184,7 @@ def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
         python=plan.torch.python,
         cxx=plan.cxx,
         nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+        source_date_epoch=plan.source_date_epoch,
     )
     return ", ".join(
         f"{key} {recorded.get(key)} (here {here.get(key)})"
@@ -198,7 +205,7 @@ def verify_variants(
     rebuilder: Rebuilder,
     *,
     label: Callable[[Path], str] = lambda path: path.name,
-) -> list[Outcome]:
+) -> list[Verification]:
     """Rebuild each variant (once per name) and compare it with each folder given."""
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-verify-") as scratch:
@@ -214,17 +221,17 @@ def verify_variants(
                     rebuilt[name] = str(exc)
             made = rebuilt[name]
             if isinstance(made, str):
-                outcomes.append(Outcome(label(variant_dir), 0, [], unverified=made))
+                outcomes.append(Verification(label(variant_dir), 0, [], unverified=made))
                 continue
             differences, notes = compare(variant_dir, made, label(variant_dir))
-            outcomes.append(Outcome(label(variant_dir), len(variant_files(variant_dir)), differences, notes=notes))
+            outcomes.append(Verification(label(variant_dir), len(variant_files(variant_dir)), differences, notes=notes))
     return outcomes
 
 
 # metadata.json is a few kilobytes; one from the Hub is anyone's.
 _MAX_METADATA_BYTES = 1024 * 1024
 _MAX_METADATA_DEPTH = 16
-# provenance.toolchain.source-date-epoch: seconds, as compile.source_date_epoch() records them.
+# provenance.toolchain.source-date-epoch: seconds, as BuildPlan.source_date_epoch records them.
 _EPOCH = re.compile(r"^\d{1,18}$")
 # Other backends' archs (rocm's gfx90a): never used to build, but printed.
 _ARCH = re.compile(r"^[A-Za-z0-9_.+-]{1,32}$")
@@ -264,10 +271,6 @@ def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
     """One ConfigError line for the first value of metadata.json that no build of
     kernel-matrix writes: what verify would pass to a compiler, the environment
     or a terminal."""
-    from typing import get_args
-
-    from kernel_matrix.config.buildtoml import Backend
-    from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
 
     def refuse(key: str, value: object, expected: str) -> NoReturn:
         shown = json.dumps(value)  # control characters escaped: one line
@@ -311,7 +314,7 @@ def _check_metadata(path: Path, metadata: dict[str, Any]) -> None:
         refuse("provenance.toolchain", toolchain, "a mapping")
     epoch = toolchain.get("source-date-epoch")
     if epoch is not None and not (isinstance(epoch, str) and _EPOCH.fullmatch(epoch)):
-        # It becomes SOURCE_DATE_EPOCH in the rebuild's environment.
+        # It becomes SOURCE_DATE_EPOCH in the rebuild's compiler environment.
         refuse("provenance.toolchain.source-date-epoch", epoch, "seconds since 1970 (digits)")
 
 
@@ -374,34 +377,9 @@ def _show(value: object) -> str:
     return "absent" if value is None else json.dumps(value)
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """name=value while the rebuild runs (the compilers inherit it); unchanged if value is None."""
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def download_release(repo_id: str, revision: str, dest: Path, variants: list[str]) -> list[Path]:
     """The release's variant folders (build/<variant>/), or only the named ones,
     downloaded into dest with huggingface_hub (HF_ENDPOINT, HF_TOKEN as usual)."""
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
@@ -475,10 +453,10 @@ def verify_command(
     log: Callable[[str], None],
     report: Callable[[str], None],
 ) -> None:
-    """The CLI's `verify`: report each identical variant; raise NotReproducedError
-    (one line per differing file) or ToolchainError (variants not rebuilt here)."""
-    from kernel_matrix.config.buildtoml import load_build_toml
-
+    """The CLI's `verify` (its options checked there): local variant folders, or with
+    repo_id the release's (`variants`: the ones to verify, default all). Reports each
+    identical variant; raises NotReproducedError (one line per differing file) or
+    ToolchainError (variants not rebuilt here)."""
     config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
     rebuilder = Rebuilder(
         kernel_dir,
@@ -489,12 +467,6 @@ def verify_command(
         log=log,
     )
     if repo_id is None:
-        if revision is not None:
-            raise ConfigError("--revision is for a Hub release: give --repo-id too")
-        if not variants:
-            raise ConfigError("give the VARIANT folders (or names under --build-dir) to verify, or --repo-id")
-        from kernel_matrix.checking.testing import resolve_variant_dir
-
         # Named by path: two folders of one variant (a copy and the original) stay apart.
         outcomes = verify_variants([resolve_variant_dir(v, build_dir) for v in variants], rebuilder, label=str)
     else:
