@@ -74,7 +74,7 @@ def build(
         Path | None,
         typer.Option(
             help="The compiled-object cache, shareable between build folders and checkouts; each kernel and trust "
-            "level has its own scope in it (default: <build-dir>/.cache/objects).",
+            f"level has its own scope in it (default: {BuildDir(Path('<build-dir>')).cache}).",
             show_default=False,
         ),
     ] = None,
