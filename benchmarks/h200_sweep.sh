@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Issue 22's last item on the H200 (no network): every kernel of kernels-community that
+# has cells, built natively there by kernel-matrix for sm_90, checked, loaded, and its
+# own suite run. benchmarks/community_sweep.py --device-results reads the summary.
+#
+#   benchmarks/h200_sweep.sh start CARRY WORK END   # set up, then run everything in the background
+#                                                   # (END: seconds the driver may run, builds stop 90 s earlier)
+#   benchmarks/h200_sweep.sh dsl PART WORK          # the rest of nvidia-cutlass-dsl-libs-cu13 (too big for one call)
+#   benchmarks/h200_sweep.sh wait WORK OUT SECS     # wait for it (at most SECS), copy the results to OUT
+#
+# CARRY (made on the development machine, carried to the device):
+#   CARRY/km/                a snapshot of kernel-matrix (git archive HEAD kernel_matrix pyproject.toml),
+#                            run as PYTHONPATH=WORK/km python3 -m kernel_matrix
+#   CARRY/whl/               wheels the device's python3 lacks: kernels 0.17.2 and its dependencies,
+#                            kernel-matrix's (pydantic, tomli-w, docker, kernel-abi-check), apache-tvm-ffi
+#   CARRY/whl-dsl/           nvidia-cutlass-dsl 4.8.1 with libs-base and libs-core (installed --no-deps)
+#   CARRY/dsl-a.part         the first bytes of a tar.xz of the nvidia-cutlass-dsl-libs-cu13 4.8.1 wheel's
+#                            files (the rest comes with `dsl`; CARRY/dsl.sha256 is the whole's)
+#   CARRY/kc.tgz             huggingface/kernels-community at CARRY/kc-commit, unchanged
+#   CARRY/cutlass-deps.tgz   the pinned CUTLASS trees, fetched by kernel-matrix's own resolver
+# WORK/summary.tsv gets one tab-separated line per build, ABI check, load and suite;
+# WORK/logs/ the full logs.
+set -uo pipefail
+self=$(realpath "$0")
+mode=${1:?start, dsl, wait, run, one or suite}
+
+# The order builds start in: nothing to compile first, then CPU kernels, then CUDA kernels
+# by how much they compile (objects, CUTLASS), the four flash-attention kernels and natten last.
+ORDER="einops fla esmfold2-trimul finegrained-fp8 flash-attn-ops fp8-fbgemm gpt-oss-triton-kernels
+liger-kernels scattermoe trimul-gpumode triton-kernels flash-attn4 sonic-moe aiter-flash-attn aiter-kernels
+aiter-rope quantization-gptq quantization-bitsandbytes rmsnorm relu tinygrad-rms activation rotary
+deformable-detr mra yoso rwkv cv-utils msa causal-conv1d punica-sgmv paged-attention nvfp4-gemm deep-gemm
+megablocks vllm-moe quantization-eetq sage-attention mamba-ssm flash-mla layer-norm flash-attn2 natten
+vllm-flash-attn3 sgl-flash-attn3 flash-attn3"
+HEAVY=" flash-mla flash-attn2 natten vllm-flash-attn3 sgl-flash-attn3 flash-attn3 "
+NEEDS_DSL=" flash-attn4 sonic-moe msa "  # python-depends nvidia-cutlass-dsl: loaded once it is installed
+BUILDS_AT_ONCE=6
+SUITES_AT_ONCE=3
+SUITE_SECONDS=300
+
+tsv() { local IFS=$'\t'; echo "$*" >>"$work/summary.tsv"; echo "$*"; }
+elapsed() { echo $(($(date +%s) - $(cat "$work/t0"))); }
+oneline() { grep -v '^\s*$' "$1" | grep -v '^+ ' | tail -1 | tr '\t' ' ' | cut -c1-300; }
+km() { python3 -m kernel_matrix "$@"; }
+
+if [ "$mode" = wait ]; then
+  work=${2:?WORK} out=${3:?OUT} secs=${4:-540}
+  end=$((SECONDS + secs))
+  while [ ! -e "$work/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
+  # builds still running: their progress so far ([objects done/total]) from their logs
+  : >"$work/running.tsv"
+  for log in "$work"/logs/build-*.log; do
+    k=${log##*/build-}; k=${k%.log}
+    grep -q "^BUILD	$k	" "$work/summary.tsv" 2>/dev/null && continue
+    printf 'RUNNING\t%s\t%s\t%s\n' "$k" "$(grep -o '\[[0-9]*/[0-9]*\]' "$log" | tail -1)" "$(elapsed)s" >>"$work/running.tsv"
+  done
+  cp "$work/summary.tsv" "$work/running.tsv" "$work/driver.log" "$out/" 2>/dev/null
+  tar czf "$out/logs.tgz" -C "$work" logs 2>/dev/null
+  [ -e "$work/DONE" ] && echo "DONE" || echo "STILL RUNNING after ${secs}s (driver at $(elapsed)s)"
+  cut -c1-200 "$work/summary.tsv"; cat "$work/running.tsv"
+  exit 0
+fi
+
+if [ "$mode" = dsl ]; then  # PART WORK: join, check and unpack the cu13 libs into site-packages
+  part=${2:?PART} work=${3:?WORK}
+  cat "$work/dsl-a.part" "$part" >"$work/dsl.tar.xz" && (cd "$work" && sha256sum -c dsl.sha256 | sed "s|^|dsl: |") || exit 3
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  tar xJf "$work/dsl.tar.xz" -C "$site" && rm "$work/dsl.tar.xz" && touch "$work/dsl-ready" || exit 3
+  python3 -c 'import cutlass; print("cutlass DSL", cutlass.__version__ if hasattr(cutlass, "__version__") else "imported")' 2>&1 | tail -1
+  exit 0
+fi
+
+if [ "$mode" = start ]; then
+  carry=$(realpath "${2:?CARRY}") work=${3:?WORK} end=${4:?END}
+  mkdir -p "$work/logs" "$work/deps" "$work/builds" "$work/kc" || exit 3
+  python3 -m pip install -q --no-index --find-links "$carry/whl" "kernels==0.17.2" "pydantic>=2.6" \
+    "tomli-w>=1.0" "docker>=7" "huggingface_hub>=1.10" "kernel-abi-check>=0.14" "typer>=0.12" "rich>=13" \
+    apache-tvm-ffi einops pyyaml packaging >"$work/logs/pip.log" 2>&1 || { tail -5 "$work/logs/pip.log"; exit 3; }
+  python3 -m pip install -q --no-index --no-deps "$carry"/whl-dsl/*.whl >>"$work/logs/pip.log" 2>&1 || exit 3
+  cp "$carry/dsl-a.part" "$carry/dsl.sha256" "$carry/kc-commit" "$work/" && cp -r "$carry/km" "$work/km" || exit 3
+  sed -i 's|/tmp/dsl-cu13.tar.xz|dsl.tar.xz|' "$work/dsl.sha256"
+  tar xzf "$carry/cutlass-deps.tgz" -C "$work/deps" && tar xzf "$carry/kc.tgz" -C "$work/kc" || exit 3
+  cp "$self" "$work/driver.sh"  # the working tree here is replaced at each call: run a copy
+  export PYTHONPATH=$work/km
+  km --version || exit 3
+  python3 -c 'import torch, kernels; print("torch", torch.__version__, "kernels", kernels.__version__, torch.cuda.get_device_name())'
+  nvcc --version | tail -2 | head -1
+  date +%s >"$work/t0"
+  echo "$end" >"$work/end"
+  setsid nohup "$work/driver.sh" run "$work" >"$work/driver.log" 2>&1 </dev/null &
+  echo "started"
+  exit 0
+fi
+
+# The driver's modes, run from WORK/driver.sh.
+work=${2:?WORK}
+export KERNEL_MATRIX_DEPS_CACHE=$work/deps CXX=/usr/bin/g++ PYTHONUNBUFFERED=1 PYTHONPATH=$work/km
+end=$(cat "$work/end")
+build_end=$((end - 90))
+
+kind_of() {  # noarch, cuda or cpu: what this kernel is built as here
+  python3 - "$1" <<'EOF'
+import sys, tomllib
+config = tomllib.load(open(sys.argv[1] + "/build.toml", "rb"))
+backends = config.get("general", {}).get("backends", [])
+print("noarch" if "torch-noarch" in config else "cuda" if "cuda" in backends else "cpu")
+EOF
+}
+
+load() {  # kernel, build dir, backend: kernels.get_local_kernel in a fresh process
+  local k=$1 b=$2 backend=$3 log=$work/logs/load-$1.log
+  timeout 120 python3 -c '
+import sys, pathlib, kernels
+module = kernels.get_local_kernel(pathlib.Path(sys.argv[1]), backend=sys.argv[2])
+print("loaded", module.__name__, len([n for n in dir(module) if not n.startswith("_")]), "names")' "$b" "$backend" >"$log" 2>&1
+  local rc=$?
+  tsv LOAD "$k" "$backend" "$rc" "$(oneline "$log")"
+}
+
+if [ "$mode" = one ]; then  # build, check the ABI, load
+  k=${3:?KERNEL} dir=$work/kc/$3 b=$work/builds/$3 log=$work/logs/build-$3.log
+  kind=$(kind_of "$dir")
+  left=$((build_end - $(elapsed)))
+  if [ $left -lt 30 ]; then tsv BUILD "$k" skipped 0 - - "not started: the sweep's build time was over"; exit 0; fi
+  jobs=4; [[ $HEAVY == *" $k "* ]] && jobs=3
+  case $kind in
+    noarch) args=() ;;
+    cuda) args=(--backend cuda --cuda-capabilities 9.0 -j "$jobs") ;;
+    cpu) args=(--backend cpu -j "$jobs") ;;
+  esac
+  echo "+ python3 -m kernel_matrix build --kernel-dir $dir --build-dir $b ${args[*]}" >"$log"
+  t0=$(date +%s)
+  timeout -k 10 "$left" python3 -m kernel_matrix build --kernel-dir "$dir" --build-dir "$b" "${args[@]}" >>"$log" 2>&1
+  rc=$? secs=$(($(date +%s) - t0))
+  variants=$(for v in "$b"/*/metadata.json; do [ -e "$v" ] && basename "$(dirname "$v")"; done | tr '\n' ' ')
+  progress=$(grep -o '\[[0-9]*/[0-9]*\]' "$log" | tail -1)
+  tsv BUILD "$k" "$rc" "$secs" "$kind: ${variants:-none}" "${progress:--}" "$(oneline "$log")"
+  [ $rc -eq 0 ] || exit 0
+  for v in $variants; do
+    compgen -G "$b/$v/*.so" >/dev/null || continue
+    km check-abi "$b/$v" >"$work/logs/abi-$k-$v.log" 2>&1
+    tsv ABI "$k" "$v" $? "$(oneline "$work/logs/abi-$k-$v.log")"
+  done
+  # the variant the load and the suite use: this machine's CUDA one, else CPU, else the first
+  variant=$(for v in $variants; do echo "$v"; done | grep -m1 -e '-cu[0-9]' -e '^torch-cuda$')
+  [ -n "$variant" ] || variant=$(for v in $variants; do echo "$v"; done | grep -m1 -e '-cpu-' -e '^torch-cpu$')
+  [ -n "$variant" ] || variant=${variants%% *}
+  case $variant in *cu1[0-9]*|torch-cuda) backend=cuda ;; *cpu*) backend=cpu ;; torch-*) backend=${variant#torch-} ;; esac
+  echo "$variant $backend" >"$work/variant-$k"
+  if [[ $NEEDS_DSL == *" $k "* ]]; then echo "$k" >>"$work/dsl-queue"; exit 0; fi
+  load "$k" "$b" "$backend"
+  echo "$k" >"$work/suiteq"
+  exit 0
+fi
+
+if [ "$mode" = suite ]; then  # the kernel's own tests through kernel-matrix test
+  k=${3:?KERNEL} dir=$work/kc/$3 b=$work/builds/$3 log=$work/logs/test-$3.log
+  read -r variant backend <"$work/variant-$k"
+  left=$((end - $(elapsed))); [ $left -gt $SUITE_SECONDS ] && left=$SUITE_SECONDS
+  if [ $left -lt 20 ]; then tsv TEST "$k" "$variant" skipped 0 - "not started: the sweep's time was over"; exit 0; fi
+  extra=(); [ "$k" = causal-conv1d ] && extra=(--pytest-arg=-n --pytest-arg=8)
+  echo "+ python3 -m kernel_matrix test $b/$variant --kernel-dir $dir --pytest-arg=-q ${extra[*]} (timeout ${left}s)" >"$log"
+  t0=$(date +%s)
+  timeout -k 10 "$left" python3 -m kernel_matrix test "$b/$variant" --kernel-dir "$dir" --pytest-arg=-q "${extra[@]}" >>"$log" 2>&1
+  rc=$?
+  pytest_line=$(grep -E '(passed|failed|skipped|error|errors|no tests ran|deselected).* in [0-9.]+s' "$log" | tail -1 | tr '\t' ' ' | cut -c1-200)
+  tsv TEST "$k" "$variant" "$rc" "$(($(date +%s) - t0))" "${pytest_line:--}" "$(oneline "$log")"
+  exit 0
+fi
+
+[ "$mode" = run ] || { echo "unknown mode $mode"; exit 2; }
+: >"$work/summary.tsv"
+mkfifo "$work/suiteq"
+xargs -P "$SUITES_AT_ONCE" -n 1 "$work/driver.sh" suite "$work" <"$work/suiteq" &
+suites=$!
+exec 3>"$work/suiteq"  # held open until every build is done: the suites' queue ends then
+(  # the kernels that need nvidia-cutlass-dsl: loaded and tested once `dsl` has unpacked it
+  while [ ! -e "$work/dsl-ready" ] && [ "$(elapsed)" -lt $((end - 60)) ]; do sleep 5; done
+  [ -e "$work/dsl-ready" ] || echo "nvidia-cutlass-dsl never arrived: loading without it"
+  for k in $NEEDS_DSL; do
+    while [ ! -e "$work/variant-$k" ] && ! grep -q "^BUILD	$k	" "$work/summary.tsv" && [ "$(elapsed)" -lt $((end - 60)) ]; do sleep 5; done
+    [ -e "$work/variant-$k" ] || continue
+    read -r variant backend <"$work/variant-$k"
+    load "$k" "$work/builds/$k" "$backend"
+    "$work/driver.sh" suite "$work" "$k"
+  done
+) &
+dsl=$!
+echo ${SWEEP_ORDER:-$ORDER} | tr ' ' '\n' | xargs -P "$BUILDS_AT_ONCE" -n 1 "$work/driver.sh" one "$work"
+echo "builds done at $(elapsed)s"
+exec 3>&-
+wait $suites $dsl
+echo "all done at $(elapsed)s"
+touch "$work/DONE"
