@@ -17,7 +17,10 @@ What cannot run here is said where it is skipped: test-gpu (no GPU), the
 legacy-wheel steps (cibuildwheel's own test covers them) and release-wheels (gh).
 The matrix is narrowed to one cell for time: torch 2.13's CPU build, whose wheel
 this host has, served by a local mirror of the PyTorch index (a trusted run may
-choose one), in the offline builder."""
+choose one), in the offline builder. The mirror's address is the same in every run,
+so that builder image is made once per machine, as CI keeps its images; and the
+build job's actions/cache step keeps its objects between this module's runs, as
+GitHub keeps them between a repository's, so a cell built before compiles nothing."""
 
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -72,15 +77,25 @@ def installed(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def mirror(tmp_path_factory) -> Path:
-    """A PEP 503 mirror of PyTorch's CPU index holding the CPU torch 2.13 this host has."""
+def mirror() -> Path:
+    """A PEP 503 mirror of PyTorch's CPU index holding the CPU torch 2.13 this host has. Its
+    address is part of the builder image's recipe, so it is the same in every run: the image
+    made for it once is reused, as CI's builder images are (.ci/run), instead of made again."""
     if not CPU_TORCH.is_file():
         pytest.skip(f"{CPU_TORCH} is not on this host")
-    root = tmp_path_factory.mktemp("mirror")
-    (root / "cpu" / "torch").mkdir(parents=True)
-    (root / "cpu" / "torch" / CPU_TORCH.name).symlink_to(CPU_TORCH)
+    root = Path(tempfile.gettempdir()) / f"kernel-matrix-test-mirror-{os.getuid()}"
+    project = root / "cpu" / "torch"
+    project.mkdir(parents=True, exist_ok=True)
     href = CPU_TORCH.name.replace("+", "%2B")
-    (root / "cpu" / "torch" / "index.html").write_text(f'<a href="{href}">{CPU_TORCH.name}</a>\n')
+    # Written whole and renamed into place: runs of the suite at the same time share it.
+    for name, write in (
+        (CPU_TORCH.name, lambda p: p.symlink_to(CPU_TORCH)),
+        ("index.html", lambda p: p.write_text(f'<a href="{href}">{CPU_TORCH.name}</a>\n')),
+    ):
+        staged = project / f".{name}.{os.getpid()}"
+        staged.unlink(missing_ok=True)
+        write(staged)
+        staged.replace(project / name)
     return root
 
 
@@ -103,10 +118,45 @@ def git_repository(path: Path) -> None:
         subprocess.run(["git", *argv], cwd=path, check=True, env=env)
 
 
+class ActionsCache:
+    """actions/cache for this module's runs (GitHub keeps caches per repository; every run here is
+    owner/kernel's): the step restores the entry saved under its key, or else the newest whose key
+    starts with one of its restore-keys; its post step, once the job's steps all passed, saves the
+    path under the key when no entry had it. So the build job's object cache works as in CI: a run
+    that builds a kernel cell built before restores its objects and compiles nothing of it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.entries: dict[str, Path] = {}  # key: the saved copy, oldest first
+
+    def restore(self, spec: dict, context: dict, workspace: Path) -> Callable[[], None]:
+        """The step's restore; returns its post step's save."""
+        options = {name: render(value, context) for name, value in spec["with"].items()}
+        key, path = options["key"], workspace / options["path"]
+        prefixes = [p.strip() for p in (options.get("restore-keys") or "").splitlines() if p.strip()]
+        newest_first = list(reversed(self.entries))
+        found = next((k for k in newest_first if k == key), None)
+        found = found or next((k for p in prefixes for k in newest_first if k.startswith(p)), None)
+        if found is not None:
+            shutil.copytree(self.entries[found], path, symlinks=True, dirs_exist_ok=True)
+
+        def save() -> None:
+            if key not in self.entries and path.is_dir():
+                self.entries[key] = self.root / str(len(self.entries))
+                shutil.copytree(path, self.entries[key], symlinks=True)
+
+        return save
+
+
+@pytest.fixture(scope="module")
+def actions_cache(tmp_path_factory) -> ActionsCache:
+    return ActionsCache(tmp_path_factory.mktemp("actions-cache"))
+
+
 class Runner:
     """Runs the jobs of the reusable workflow a caller names, for a tag push, on this machine."""
 
-    def __init__(self, caller: Path, repository: Path, venv: Path, hub: HubServer, tmp: Path):
+    def __init__(self, caller: Path, repository: Path, venv: Path, hub: HubServer, tmp: Path, cache: ActionsCache):
         workflow = load(caller)
         (self.job,) = workflow["jobs"].values()
         uses = self.job["uses"]
@@ -116,7 +166,7 @@ class Runner:
         assert uses.startswith("./") or len(ref) == 40, uses
         self.workflow = load(REPO / ".github" / "workflows" / "reusable-build.yml")
         self.jobs = self.workflow["jobs"]
-        self.repository, self.venv, self.hub, self.tmp = repository, venv, hub, tmp
+        self.repository, self.venv, self.hub, self.tmp, self.cache = repository, venv, hub, tmp, cache
         github = {
             "repository": "owner/kernel",
             "run_id": 1,
@@ -168,16 +218,21 @@ class Runner:
         return env
 
     def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
-        context = self.context | {"matrix": matrix or {}}
         workspace = self.workspace(name + (f"-{matrix['variant']}" if matrix else ""))
+        github = self.context["github"] | {"workspace": str(workspace)}
+        context = self.context | {"github": github, "matrix": matrix or {}}
         outputs: dict[str, str] = {}
         wheels_skipped = False
+        post_steps: list[Callable[[], None]] = []
         for s in self.jobs[name]["steps"]:
             if not runs(s, context):
                 continue
             uses = s.get("uses", "")
-            if uses.startswith(SKIPPED_USES) or uses.startswith("actions/cache@"):
-                continue  # the cache: benchmarks/workflow_cache.py measures its restore and save
+            if uses.startswith(SKIPPED_USES):
+                continue
+            if uses.startswith("actions/cache@"):
+                post_steps.append(self.cache.restore(s, context, workspace))
+                continue
             if uses.startswith("actions/upload-artifact@"):
                 if wheels_skipped and s["with"]["name"].startswith("wheel-"):
                     continue
@@ -207,6 +262,8 @@ class Runner:
                     key, _, value = line.partition("=")
                     outputs[key] = value
                 output.unlink()
+        for post in post_steps:
+            post()
         return outputs
 
     def run(self) -> None:
@@ -262,12 +319,12 @@ def adopt(
     return repository, init
 
 
-def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, tmp_path):
+def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
     repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror)
     (caller,) = (repository / ".github" / "workflows").glob("*.yml")
     assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
     with HubServer(trusted_orgs=["kernels-community"]) as hub:
-        runner = Runner(caller, repository, installed, hub, tmp_path)
+        runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache)
         runner.run()
         assert [c.title for c in hub.commits("kernels-community/relu") if c.title.startswith("Release ")]
         files = hub.files("kernels-community/relu", "v1")
@@ -277,13 +334,13 @@ def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine
     assert [r.split(":")[0] for r in runner.ran].count("test-cpu") >= 1
 
 
-def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror, engine, tmp_path):
+def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
     kernels = {"relu": CORPUS / "kernels-community" / "relu", "einops": CORPUS / "kernels-community" / "einops"}
     repository, _ = adopt(kernels, tmp_path, installed, mirror)
     assert sorted(yaml.safe_load((repository / "build_matrix.yaml").read_text())["kernels"]) == ["einops", "relu"]
     (caller,) = (repository / ".github" / "workflows").glob("*.yml")
     with HubServer(trusted_orgs=["kernels-community"]) as hub:
-        Runner(caller, repository, installed, hub, tmp_path).run()
+        Runner(caller, repository, installed, hub, tmp_path, actions_cache).run()
         python = installed / "bin" / "python"
         loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, python)
         assert f"/build/{VARIANT}/" in loaded
@@ -291,7 +348,9 @@ def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror,
         assert "/build/torch-cpu/" in einops
 
 
-def test_kernel_matrix_builds_its_own_example_kernel_through_build_yml(installed, mirror, engine, tmp_path):
+def test_kernel_matrix_builds_its_own_example_kernel_through_build_yml(
+    installed, mirror, engine, actions_cache, tmp_path
+):
     """build.yml, our own caller: `kernel-matrix: .` installs this checkout in every job."""
     repository = tmp_path / "repository"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
@@ -302,7 +361,8 @@ def test_kernel_matrix_builds_its_own_example_kernel_through_build_yml(installed
     narrow(repository / "build_matrix.yaml", mirror)
     git_repository(repository)
     with HubServer(trusted_orgs=["kernel-matrix"]) as hub:
-        runner = Runner(repository / ".github" / "workflows" / "build.yml", repository, installed, hub, tmp_path)
+        caller = repository / ".github" / "workflows" / "build.yml"
+        runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache)
         assert runner.context["inputs"]["kernel-matrix"] == "."
         runner.run()
         check = (

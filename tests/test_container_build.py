@@ -44,9 +44,9 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, obj
     assert abi.returncode == 0, abi.stderr
 
 
-def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, kernel_copy, tmp_path):
+def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, kernel_copy, object_cache, tmp_path):
     def build():
-        result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy)
+        result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy, "--cache-dir", str(object_cache))
         assert result.returncode == 0, result.stderr
         assert "creating kernel-matrix/" not in result.stderr  # images made by the test above, found by hash
         return (tmp_path / "summary.md").read_text()
@@ -62,10 +62,10 @@ def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, k
     assert f"| {local_cuda_cell.name} | built |" in build()  # a source changed: built again
 
 
-def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, tmp_path):
+def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, object_cache, tmp_path):
     cu = kernel_copy / "csrc" / "img2gray_cuda.cu"
     cu.write_text(cu.read_text() + "\nthis does not compile;\n")
-    result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy)
+    result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy, "--cache-dir", str(object_cache))
     assert result.returncode == ExitCode.BUILD
     assert "FAILED" in result.stdout and f"1 of 1 cells failed: {local_cuda_cell.name}" in result.stderr
     logs = tmp_path / "logs"

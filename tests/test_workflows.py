@@ -8,6 +8,7 @@ torch and kernel-matrix. The linters (actionlint, zizmor, hadolint, shellcheck)
 are in test_lint_gates.py."""
 
 import fnmatch
+import hashlib
 import itertools
 import json
 import math
@@ -168,6 +169,7 @@ class Expression:
             "contains": lambda a, b: text(b).lower() in text(a).lower(),
             "startsWith": lambda a, b: text(a).lower().startswith(text(b).lower()),
             "fromJSON": lambda s: json.loads(s),
+            "hashFiles": lambda *patterns: hash_files(Path(self.context["github"]["workspace"]), patterns),
             "always": lambda: True,
             "success": lambda: status == "success",
             "failure": lambda: status == "failure",
@@ -175,6 +177,18 @@ class Expression:
         }
         assert name in functions, f"the evaluator does not know {name}()"
         return functions[name](*args)
+
+
+def hash_files(workspace: Path, patterns) -> str:
+    """hashFiles(): one SHA-256 of the SHA-256s of the files under the workspace (github.workspace) that match
+    any of the patterns, in path order; empty when none match."""
+    files = sorted({f for p in patterns for f in workspace.glob(p) if f.is_file() and ".git" not in f.parts})
+    if not files:
+        return ""
+    combined = hashlib.sha256()
+    for file in files:
+        combined.update(hashlib.sha256(file.read_bytes()).digest())
+    return combined.hexdigest()
 
 
 def truthy(value) -> bool:
