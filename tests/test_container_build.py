@@ -143,6 +143,57 @@ def test_the_compat_header_keeps_libdl_calls_at_glibc_2_28(tmp_path):
     assert "GLIBC_2.34" not in symbols and "dlopen" in symbols
 
 
+def _glibc_at_least(major_minor: tuple[int, int]) -> bool:
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+    return tuple(int(x) for x in glibc.split(".")[:2]) >= major_minor
+
+
+def _dynamic_symbols(tmp_path, source: str, *, compat: bool) -> str:
+    """objdump -T of a C++ library built from source by g++, with or without the compat header."""
+    from kernel_matrix.building.native_build import COMPAT_SYMBOLS
+
+    name = "with" if compat else "without"
+    (tmp_path / f"{name}.cpp").write_text(source)
+    variant = tmp_path / name
+    variant.mkdir()
+    include = ["-include", str(COMPAT_SYMBOLS)] if compat else []
+    command = ["g++", "-O2", "-shared", "-fPIC", *include, str(tmp_path / f"{name}.cpp"), "-o"]
+    subprocess.run([*command, str(variant / "_x.abi3.so")], check=True)
+    if compat:
+        abi.gate(variant, "variant")
+    return subprocess.run(["objdump", "-T", str(variant / "_x.abi3.so")], capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.skipif(not _glibc_at_least((2, 29)), reason="exp, log, pow have no GLIBC_2.29 version here")
+def test_the_compat_header_keeps_math_calls_at_glibc_2_28(tmp_path):
+    """glibc 2.29 versioned exp, exp2, log, log2 and pow anew: a third-party kernel's launcher
+    (fp64-emu: log2 of a row norm) built here failed manylinux_2_28 with `log2 needs GLIBC 2.29`."""
+    source = (
+        "#include <cmath>\n"
+        'extern "C" double use(double x, double y) {'
+        " return std::exp(x) + std::exp2(x) + std::log(x) + std::log2(y) + std::pow(x, y); }\n"
+    )
+    assert "GLIBC_2.29" in _dynamic_symbols(tmp_path, source, compat=False)
+    symbols = _dynamic_symbols(tmp_path, source, compat=True)
+    assert "GLIBC_2.29" not in symbols and "log2" in symbols
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.skipif(not _glibc_at_least((2, 38)), reason="glibc < 2.38 has no C23 sscanf/strtol to avoid")
+def test_the_compat_header_keeps_scanf_and_strtol_before_c23(tmp_path):
+    """glibc 2.38 redirects sscanf and strtol to __isoc23_*@GLIBC_2.38 under _GNU_SOURCE (always
+    on in g++): deep-gemm built on the H200 failed with `__isoc23_sscanf needs GLIBC 2.38`."""
+    source = (
+        "#include <cstdio>\n#include <cstdlib>\n"
+        'extern "C" long use(const char *s) { int v = 0; std::sscanf(s, "%d", &v);'
+        " return v + std::strtol(s, nullptr, 10); }\n"
+    )
+    assert "__isoc23_" in _dynamic_symbols(tmp_path, source, compat=False)
+    symbols = _dynamic_symbols(tmp_path, source, compat=True)
+    assert "__isoc23_" not in symbols and "sscanf" in symbols
+
+
 def test_no_engine_is_one_line_with_its_exit_code(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
     result = kernel_matrix(

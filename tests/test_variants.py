@@ -116,3 +116,13 @@ def test_gencode_embeds_ptx_for_the_highest_capability_only():
         "-gencode=arch=compute_100,code=sm_100",
         "-gencode=arch=compute_100,code=compute_100",
     ]
+
+
+def test_a_section_with_its_own_capabilities_gets_ptx_only_where_it_asks():
+    # kernel-builder intersects a section's list with the defaults stripped of "+PTX":
+    # PTX of the highest is for the default list ("...;12.1+PTX") only.
+    assert gencode_flags(["8.9", "9.0"], ptx_for_highest=False) == [
+        "-gencode=arch=compute_89,code=sm_89",
+        "-gencode=arch=compute_90,code=sm_90",
+    ]
+    assert "-gencode=arch=compute_80,code=compute_80" in gencode_flags(["8.0+PTX", "9.0"], ptx_for_highest=False)

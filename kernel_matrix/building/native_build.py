@@ -62,6 +62,8 @@ from kernel_matrix.planning.variants import Variant, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
+# A cuda-flags entry kernel-builder drops for CUDA < 12.8 (kernel.cmake).
+_TEMPLATE_STUB_FLAG = re.compile(r"-static-global-template-stub=(true|false)")
 # First on every include path: headers that keep newer glibc symbols out of the
 # .so, so that it passes manylinux_2_28 when built on a newer system (see inside).
 COMPAT_INCLUDE = PACKAGE_DIR / "compat" / "glibc-2.28"
@@ -326,6 +328,7 @@ def build_steps(
         flags: list[str],
         cuda_flags: list[str],
         capabilities: list[str],
+        ptx_for_highest: bool = True,
     ) -> Step | None:
         includes = [COMPAT_INCLUDE, source.parent, *includes]
         if source.suffix in _CUDA_SUFFIXES:
@@ -337,7 +340,7 @@ def build_steps(
                 output,
                 includes=includes,
                 defines=defines,
-                gencode=gencode_flags(capabilities),
+                gencode=gencode_flags(capabilities, ptx_for_highest=ptx_for_highest),
                 # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
                 # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
                 flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
@@ -376,6 +379,9 @@ def build_steps(
         section_dirs.update(dict.fromkeys(includes))
         includes += [dependencies[d].include for d in kernel.depends if d != "torch"]
         cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
+        if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
+            # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
+            cuda_flags = [f for f in cuda_flags if not _TEMPLATE_STUB_FLAG.fullmatch(f)]
         for src in kernel.src:
             source = kernel_dir / src
             section_dirs[source.parent] = None
@@ -387,6 +393,8 @@ def build_steps(
                 kernel.cxx_flags,
                 cuda_flags,
                 plan.section_capabilities.get(name, []),
+                # kernel-builder: PTX of the highest only for the default list (its "12.1+PTX").
+                ptx_for_highest=not (isinstance(kernel, CudaKernel) and kernel.cuda_capabilities),
             )
             if step is not None:
                 compiles.append(step)

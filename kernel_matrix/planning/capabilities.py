@@ -73,12 +73,15 @@ def capability_order(capability: str) -> tuple[Version, str]:
     return (_base(capability), capability)
 
 
-def gencode_flags(capabilities: list[str]) -> list[str]:
-    """nvcc flags: machine code for each capability, plus PTX of the highest and
-    of every "+PTX" one (kernel-builder's set_gencode_flags_for_srcs)."""
+def gencode_flags(capabilities: list[str], *, ptx_for_highest: bool = True) -> list[str]:
+    """nvcc flags: machine code for each capability, plus PTX of every "+PTX" one
+    (kernel-builder's set_gencode_flags_for_srcs) and, with ptx_for_highest, of the
+    highest: kernel-builder's default list ends "12.1+PTX", so a section without
+    cuda-capabilities gets it, but a section's own list is intersected with the
+    defaults stripped of "+PTX" and gets PTX only where it writes "+PTX"."""
     flags = []
     ptx = [strip_ptx(c) for c in capabilities if c.endswith(PTX_SUFFIX)]
-    if capabilities:
+    if capabilities and ptx_for_highest:
         ptx.append(strip_ptx(capabilities[-1]))
     for cap in capabilities:
         sm = strip_ptx(cap).replace(".", "")
