@@ -156,6 +156,7 @@ def kernel_with_tests(matrix: Path, tmp_path: Path, files: dict[str, str]) -> Pa
     shutil.copytree(matrix / "symbol-conflicts", kernel)
     (kernel / "tests").mkdir()
     for name, text in files.items():
+        (kernel / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
         (kernel / "tests" / name).write_text(text)
     return kernel
 
@@ -256,5 +257,29 @@ def test_a_suite_finds_the_variant_where_kernel_builder_puts_it(matrix, tmp_path
     kernel = kernel_with_tests(matrix, tmp_path, {"test_layout.py": BUILD_LAYOUT})
     env = {**os.environ, "EXPECTED_VARIANT": variant.name}
     result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel), env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout
+
+
+SHADOWED_LOADER = """
+import symbol_conflicts
+
+
+def test_the_variant_loads_although_kernels_is_the_suites_own_package():
+    import kernels
+
+    assert not hasattr(kernels, "get_local_kernel")  # tests/kernels/, first on the path
+    assert symbol_conflicts.__name__.startswith("_symbol_conflicts_cpu_")
+"""
+
+
+@pytest.mark.build
+def test_a_suite_whose_own_package_is_named_kernels_still_imports_the_variant(matrix, tmp_path):
+    """paged-attention's tests are a package named `kernels` (tests/kernels/__init__.py), which
+    pytest puts before the loader on sys.path: the alias must load the variant without it."""
+    variant = variant_of(matrix, "symbol-conflicts")
+    files = {"kernels/__init__.py": "", "test_shadow.py": SHADOWED_LOADER}
+    kernel = kernel_with_tests(matrix, tmp_path, files)
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "1 passed" in result.stdout
