@@ -164,6 +164,24 @@ def _dynamic_symbols(tmp_path, source: str, *, compat: bool) -> str:
     return subprocess.run(["objdump", "-T", str(variant / "_x.abi3.so")], capture_output=True, text=True).stdout
 
 
+def test_a_library_needing_a_newer_libstdcxx_is_told_to_use_the_official_builder(tmp_path):
+    """huggingface/kernels' cpp20-symbols example (std::to_chars of a double: GLIBCXX_3.4.29) fails
+    manylinux_2_28 wherever the system's libstdc++ is newer; no header can keep C++ library code out."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    (tmp_path / "cxx.cpp").write_text(
+        "#include <charconv>\n"
+        'extern "C" int use(char *b, char *e, double x) { return std::to_chars(b, e, x).ptr - b; }\n'
+    )
+    variant = tmp_path / "variant"
+    variant.mkdir()
+    command = ["g++", "-std=c++17", "-shared", "-fPIC", str(tmp_path / "cxx.cpp"), "-o", str(variant / "_x.abi3.so")]
+    if subprocess.run(command, capture_output=True).returncode != 0:
+        pytest.skip("this g++ has no std::to_chars for double (GCC < 11)")
+    with pytest.raises(AbiError, match=r"GLIBCXX.*; build it with --image official: this system's libstdc\+\+"):
+        abi.gate(variant, "variant")
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 @pytest.mark.skipif(not _glibc_at_least((2, 29)), reason="exp, log, pow have no GLIBC_2.29 version here")
 def test_the_compat_header_keeps_math_calls_at_glibc_2_28(tmp_path):

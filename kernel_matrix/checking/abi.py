@@ -56,8 +56,18 @@ def gate(variant_dir: Path, name: str, *, manylinux: str | None = MANYLINUX) -> 
         if not report.ok:
             problems = "; ".join([*report.abi3_violations, *report.manylinux_violations][:3])
             rules = f"{report.manylinux or 'no manylinux policy'}, abi3 {report.python_abi}"
-            raise AbiError(f"{name}: {report.library.name} fails the ABI check ({rules}): {problems}")
+            raise AbiError(f"{name}: {report.library.name} fails the ABI check ({rules}): {problems}{hint(report)}")
     return reports
+
+
+def hint(report: AbiReport) -> str:
+    """What to do when the library needs a newer libstdc++ than manylinux_2_28 has: the
+    compat header keeps glibc's symbols old, but C++ library code (std::to_chars, C++20)
+    comes from the system's libstdc++. The official builder's gcc-toolset links those parts
+    statically (libstdc++_nonshared), as manylinux's own compilers do."""
+    if any("GLIBCXX" in v or "CXXABI" in v for v in report.manylinux_violations):
+        return "; build it with --image official: this system's libstdc++ is newer than manylinux_2_28's"
+    return ""
 
 
 def variant_libraries(variant_dir: Path) -> list[Path]:

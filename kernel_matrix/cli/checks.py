@@ -102,15 +102,16 @@ def check_abi(
     ] = MANYLINUX,
 ) -> None:
     """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
-    from kernel_matrix.checking.abi import abi_reports
+    from kernel_matrix.checking.abi import abi_reports, hint
     from kernel_matrix.checking.testing import resolve_variant_dir
 
     variant_dir = resolve_variant_dir(variant, build_dir)
     reports = abi_reports(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
-    failed = [r.library.name for r in reports if not r.ok]
+    failed = [r for r in reports if not r.ok]
     if failed:
-        raise AbiError(f"{variant_dir.name}: {', '.join(failed)} breaks the ABI rules above")
+        names = ", ".join(r.library.name for r in failed)
+        raise AbiError(f"{variant_dir.name}: {names} breaks the ABI rules above{''.join(map(hint, failed[:1]))}")
 
 
 def verify(
