@@ -247,3 +247,24 @@ def test_a_cpu_only_kernel_has_no_cuda_cells(kernel_copy, tmp_path):
     import json
 
     assert {cell["backend"] for cell in json.loads(result.stdout)["include"]} == {"cpu"}
+
+
+def test_a_variant_ships_the_packages_python_files_and_what_pyext_adds(tmp_path):
+    """As kernel-builder installs torch-ext/<name>/ (build-variants.cmake: *.py, plus pyext's
+    extensions but py and pyi): a helper script or marker file left there is not published."""
+    from kernel_matrix.building.native_build import build_noarch
+
+    kernel = tmp_path / "shipped"
+    package = kernel / "torch-ext" / "shipped"
+    (package / "sub").mkdir(parents=True)
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "shipped"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cpu"]\n\n'
+        '[torch-noarch]\npyext = ["py", "pyi", "json"]\n'
+    )
+    files = ["__init__.py", "sub/__init__.py", "sub/table.json", "stubs.pyi", "run.sh", "py.typed", "lib.so"]
+    for name in files:
+        (package / name).write_text("x = 1\n" if name.endswith(".py") else "{}\n")
+    (variant,) = build_noarch(kernel, tmp_path / "build", backends=["cpu"])
+    shipped = sorted(str(p.relative_to(variant)) for p in variant.rglob("*") if p.is_file())
+    assert shipped == ["__init__.py", "_ops.py", "metadata.json", "sub/__init__.py", "sub/table.json"]
+    assert load_build_toml(kernel).package_suffixes == {".py", ".json"}

@@ -148,7 +148,10 @@ class BuildPlan:
         for kernel in self.sections().values():
             files.update(kernel.src)
         package = self.kernel_dir / "torch-ext" / self.config.general.python_name
-        files.update(str(p.relative_to(self.kernel_dir)) for p in package_files(package, self.kernel_dir))
+        files.update(
+            str(p.relative_to(self.kernel_dir))
+            for p in package_files(package, self.kernel_dir, self.config.package_suffixes)
+        )
         return sorted(files)
 
     def source_hash(self) -> str:
@@ -205,7 +208,9 @@ def plan(
     backend: None for the CUDA variant where the toolchain builds one, else the CPU one.
     cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
     kernel_dir = kernel_dir.resolve()
-    package_files(kernel_dir / "torch-ext" / config.general.python_name, kernel_dir)  # refuses links out, early
+    package_files(
+        kernel_dir / "torch-ext" / config.general.python_name, kernel_dir, config.package_suffixes
+    )  # links out: early
     torch, nvcc = toolchain.torch, toolchain.nvcc
     if backend is None:
         # The CUDA variant when it can be built here; otherwise the CPU one.
@@ -347,14 +352,9 @@ def build_steps(
                 pre_include=COMPAT_SYMBOLS,
                 path_map=path_map,
             )
-            return Step(
-                f"compile {source.relative_to(kernel_dir)}",
-                argv,
-                output,
-                compilers=(str(plan.nvcc.path), plan.cxx),
-                tuning=tuple(scratch.nvcc_flags()),
-            )
-        if source.suffix in _CXX_SUFFIXES:
+            compilers: tuple[str, ...] = (str(plan.nvcc.path), plan.cxx)
+            tuning = scratch.nvcc_flags()
+        elif source.suffix in _CXX_SUFFIXES:
             argv = cxx_compile(
                 plan.cxx,
                 source,
@@ -365,14 +365,12 @@ def build_steps(
                 pre_include=COMPAT_SYMBOLS,
                 path_map=path_map,
             )
-            return Step(
-                f"compile {source.relative_to(kernel_dir)}",
-                argv,
-                output,
-                compilers=(plan.cxx,),
-                tuning=tuple(scratch.gcc_flags()),
-            )
-        return None  # headers, and sources of other languages
+            compilers, tuning = (plan.cxx,), scratch.gcc_flags()
+        else:
+            return None  # headers, and sources of other languages
+        return Step(
+            f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=compilers, tuning=tuple(tuning)
+        )
 
     for name, kernel in plan.sections().items():
         includes = [kernel_dir / d for d in kernel.include]
@@ -467,6 +465,17 @@ class BuildResult:
     cached: int  # objects taken from the cache
 
 
+def toolchain_record(plan: BuildPlan) -> dict[str, str]:
+    """What compiled plan's variant, as metadata.json's provenance records it (and verify compares)."""
+    return toolchain(
+        torch_version=plan.torch.version,
+        python=plan.torch.python,
+        cxx=plan.cxx,
+        nvcc=str(plan.nvcc.path) if plan.nvcc else None,
+        source_date_epoch=plan.source_date_epoch,
+    )
+
+
 def build_variant(
     plan: BuildPlan,
     out_dir: Path,
@@ -520,6 +529,7 @@ def build_variant(
             name=general.python_name,
             module=plan.module,
             kernel_dir=plan.kernel_dir,
+            suffixes=plan.config.package_suffixes,
         )
         write_metadata(
             stage,
@@ -534,13 +544,7 @@ def build_variant(
             upstream=general.upstream,
             # The headers of its `depends` are part of what compiled it (variant_dir's
             # provenance has no place of their own for them): name -> pin and digest.
-            toolchain=toolchain(
-                torch_version=plan.torch.version,
-                python=plan.torch.python,
-                cxx=plan.cxx,
-                nvcc=str(plan.nvcc.path) if plan.nvcc else None,
-                source_date_epoch=plan.source_date_epoch,
-            )
+            toolchain=toolchain_record(plan)
             | {name: found.record() for name, found in plan_dependencies(plan).items()},
         )
     return BuildResult(final, compiled=counts[False], cached=counts[True])
@@ -595,7 +599,7 @@ def build_noarch(
     general, noarch = config.general, config.torch_noarch
     assert noarch is not None
     package = kernel_dir / "torch-ext" / general.python_name
-    files = package_files(package, kernel_dir)
+    files = package_files(package, kernel_dir, config.package_suffixes)
     for backend in backends or []:
         if backend not in general.backends:
             raise ConfigError(
@@ -610,7 +614,13 @@ def build_noarch(
         archs = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
         with staged(out_dir.resolve() / f"torch-{backend}") as stage:
             write_python_package(
-                stage, package, name=general.python_name, module=module, kernel_dir=kernel_dir, noarch=True
+                stage,
+                package,
+                name=general.python_name,
+                module=module,
+                kernel_dir=kernel_dir,
+                suffixes=config.package_suffixes,
+                noarch=True,
             )
             write_metadata(
                 stage,

@@ -43,8 +43,9 @@ def render_template(template: str, **values: str) -> str:
     return Template(text).substitute(values)
 
 
-def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
-    """The files of the kernel's Python package (torch-ext/<name>/), in order.
+def package_files(package_src: Path, kernel_dir: Path, suffixes: frozenset[str]) -> list[Path]:
+    """The files of the kernel's Python package (torch-ext/<name>/) that a variant
+    ships (those ending in one of suffixes: BuildConfig.package_suffixes), in order.
 
     Links are followed only to regular files inside the kernel directory: a
     link to a host file would otherwise be copied into the variant and published."""
@@ -66,15 +67,22 @@ def package_files(package_src: Path, kernel_dir: Path) -> list[Path]:
             raise ConfigError(
                 f"{path}: resolves out of {root} (a linked folder): the package may only hold the kernel's own files"
             )
-    return sorted(p for p in found if p.is_file())
+    return sorted(p for p in found if p.is_file() and p.suffix in suffixes)
 
 
 def write_python_package(
-    variant_dir: Path, package_src: Path, *, name: str, module: str, kernel_dir: Path, noarch: bool = False
+    variant_dir: Path,
+    package_src: Path,
+    *,
+    name: str,
+    module: str,
+    kernel_dir: Path,
+    suffixes: frozenset[str],
+    noarch: bool = False,
 ) -> None:
-    """Copy the kernel's Python package whole (subpackages and data files too)
-    and generate _ops.py (noarch: no extension module to import)."""
-    for source in package_files(package_src, kernel_dir):
+    """Copy the kernel's Python package (subpackages too, and the data files its
+    pyext names) and generate _ops.py (noarch: no extension module to import)."""
+    for source in package_files(package_src, kernel_dir, suffixes):
         target = variant_dir / source.relative_to(package_src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)

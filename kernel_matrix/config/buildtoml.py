@@ -197,6 +197,16 @@ class BuildConfig(Section):
         """A Python-only kernel: one variant per backend (torch-<backend>), nothing compiled."""
         return self.torch_noarch is not None
 
+    @property
+    def package_suffixes(self) -> frozenset[str]:
+        """Which files of torch-ext/<python_name>/ a variant ships, as kernel-builder installs
+        them: every .py, and the extensions pyext adds (build-variants.cmake globs *.py and
+        kernels-data's data_extensions: pyext without py and pyi). A helper script or a
+        prebuilt library left in the package folder is not published."""
+        section = self.torch_noarch if self.torch_noarch is not None else self.torch
+        extra = section.pyext if section is not None else []
+        return frozenset({".py", *(f".{ext}" for ext in extra if ext not in ("py", "pyi"))})
+
     def kernels_for(self, backend: str) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
         """The [kernel.*] sections compiled into a variant of this backend: that
         backend's only, as kernel-builder builds them (a CUDA variant that also

@@ -38,8 +38,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build
-from kernel_matrix.building.provenance import toolchain
+from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build, toolchain_record
 from kernel_matrix.building.variant_dir import variant_files
 from kernel_matrix.checking.testing import resolve_variant_dir
 from kernel_matrix.config.buildtoml import Backend, load_build_toml
@@ -179,13 +178,7 @@ def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
     recorded = metadata.get("provenance", {}).get("toolchain")
     if not isinstance(recorded, dict):
         return ""
-    here = toolchain(
-        torch_version=plan.torch.version,
-        python=plan.torch.python,
-        cxx=plan.cxx,
-        nvcc=str(plan.nvcc.path) if plan.nvcc else None,
-        source_date_epoch=plan.source_date_epoch,
-    )
+    here = toolchain_record(plan)
     return ", ".join(
         f"{key} {recorded.get(key)} (here {here.get(key)})"
         for key in _TOOLCHAIN_FIELDS
