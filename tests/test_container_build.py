@@ -44,7 +44,9 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, obj
     assert abi.returncode == 0, abi.stderr
 
 
-def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, kernel_copy, object_cache, tmp_path):
+def test_rebuilding_reuses_the_images_and_skips_what_is_built(
+    local_cuda_cell, kernel_copy, object_cache, tmp_path, monkeypatch
+):
     def build():
         result = container_build_cli(local_cuda_cell, tmp_path, kernel_copy, "--cache-dir", str(object_cache))
         assert result.returncode == 0, result.stderr
@@ -60,6 +62,12 @@ def test_rebuilding_reuses_the_images_and_skips_what_is_built(local_cuda_cell, k
         (kernel_copy / "csrc" / "img2gray_cuda.cu").read_text() + "\n"
     )
     assert f"| {local_cuda_cell.name} | built |" in build()  # a source changed: built again
+    # The caller's SOURCE_DATE_EPOCH reaches the container (it sees none of the caller's
+    # environment) and is an input: the cell is built again, and its variant records it.
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "315532800")
+    assert f"| {local_cuda_cell.name} | built |" in build()
+    metadata = json.loads((tmp_path / local_cuda_cell.name / "metadata.json").read_text())
+    assert metadata["provenance"]["toolchain"]["source-date-epoch"] == "315532800"
 
 
 def test_a_compile_error_fails_that_cell_with_its_log(local_cuda_cell, kernel_copy, object_cache, tmp_path):

@@ -16,6 +16,7 @@ from typing import Any
 
 import docker
 from kernel_matrix import PACKAGE_DIR
+from kernel_matrix.building.compile import SOURCE_DATE_EPOCH, caller_source_date_epoch
 from kernel_matrix.building.dependencies import container_mounts
 from kernel_matrix.building.objcache import ObjectCache
 from kernel_matrix.building.provenance import (
@@ -59,6 +60,7 @@ def build_cell(
     limits: Limits | None = None,
     dependencies: Collection[str] = (),
     timeout: float | None = None,
+    source_date_epoch: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
@@ -79,6 +81,9 @@ def build_cell(
         env[BUILDER_GIT_ENV] = f"{builder.commit}:{int(builder.dirty)}"
     if cell.variant.cuda:
         env["CUDA_HOME"] = images.CUDA_HOME
+    # The moment __DATE__ and __TIME__ expand to: the caller's, as in a native build (the
+    # container sees none of the caller's environment), or the one a rebuild must repeat.
+    env[SOURCE_DATE_EPOCH] = source_date_epoch or caller_source_date_epoch()
     where = BuildDir(build_dir)
     where.logs.mkdir(parents=True, exist_ok=True)
     # The container writes into a folder of its own: what it made is checked

@@ -161,7 +161,15 @@ class Rebuilder:
             self.log(f"note: {name} was built in {recorded}; {image} is {client.images.get(image).id}")
         out.mkdir(parents=True, exist_ok=True)
         try:
-            made, _ = build_cell(client, cell, image, kernel_dir=self.kernel_dir, build_dir=out, jobs=None)
+            made, _ = build_cell(
+                client,
+                cell,
+                image,
+                kernel_dir=self.kernel_dir,
+                build_dir=out,
+                jobs=None,
+                source_date_epoch=_recorded(metadata, "source-date-epoch"),
+            )
         except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this
             raise ToolchainError(f"the container rebuild failed: {_first_line(exc)}") from None
         return made
