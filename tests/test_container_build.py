@@ -362,9 +362,9 @@ def test_a_dependencys_headers_reach_the_build_container(local_cuda_cell, kernel
 )
 def test_several_failing_cells_exit_with_the_code_they_share(monkeypatch, tmp_path, errors, code):
     """Issue 21: the README's exit codes survive aggregation over cells."""
+    import docker
     from typer.testing import CliRunner
 
-    import docker
     from kernel_matrix.cli import app
     from kernel_matrix.errors import EngineError
 

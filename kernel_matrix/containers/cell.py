@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.building.compile import SOURCE_DATE_EPOCH, caller_source_date_epoch
 from kernel_matrix.building.dependencies import container_mounts

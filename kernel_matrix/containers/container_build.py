@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import docker
+
 from kernel_matrix.building.native_build import build_noarch
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.containers.engine import connect

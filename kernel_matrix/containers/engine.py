@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import docker
 from docker.errors import DockerException, ImageNotFound
 
-import docker
 from kernel_matrix.errors import EngineError
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.containers.engine import Mount, container
 from kernel_matrix.errors import EngineError

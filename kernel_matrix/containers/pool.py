@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+
 from kernel_matrix.building.native_build import declared_dependencies
 from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
