@@ -111,7 +111,7 @@ def check_abi(
     failed = [r for r in reports if not r.ok]
     if failed:
         names = ", ".join(r.library.name for r in failed)
-        raise AbiError(f"{variant_dir.name}: {names} breaks the ABI rules above{''.join(map(hint, failed[:1]))}")
+        raise AbiError(f"{variant_dir.name}: {names} breaks the ABI rules above{hint(failed[0])}")
 
 
 def verify(

@@ -10,19 +10,18 @@ import os
 from pathlib import Path
 
 from kernel_matrix import PACKAGE_DIR
-from kernel_matrix.building.compile import caller_source_date_epoch
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
 from kernel_matrix.planning.matrix import Cell
 
 
-def input_hash(cell: Cell, image_id: str, kernel_dir: Path, dependencies: set[str]) -> str:
+def input_hash(cell: Cell, image_id: str, kernel_dir: Path, dependencies: set[str], source_date_epoch: str) -> str:
     """Everything a cell's variant is made from: the cell, the builder image, the
     kernel's sources, the headers of its `dependencies` (its build.toml's, beyond
     torch: a pin's digest, fetched here first, or an override's files) and
-    kernel-matrix itself (not its tests or benchmarks), and the caller's SOURCE_DATE_EPOCH."""
+    kernel-matrix itself (not its tests or benchmarks), and the SOURCE_DATE_EPOCH it is built with."""
     parts = [
         cell.to_json(),
-        caller_source_date_epoch(),
+        source_date_epoch,
         image_id,
         _file_digests(kernel_dir, skip=("tests", "benchmarks", ".git", "build")),
         _file_digests(PACKAGE_DIR),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import docker
 
+from kernel_matrix.building.compile import caller_source_date_epoch
 from kernel_matrix.building.native_build import declared_dependencies
 from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
@@ -91,6 +92,8 @@ def build_cells(
 
     todo: list[tuple[Cell, str, str]] = []
     dependencies: set[str] | None = None  # the kernel's (from config, the build.toml already read), once
+    # The caller's, read once: the inputs hash and the containers get the same value.
+    source_date_epoch = caller_source_date_epoch()
     for cell in cells:
         image = None
         try:
@@ -99,7 +102,7 @@ def build_cells(
             assert image_id is not None  # the engine's images all have one
             if dependencies is None:
                 dependencies = set(declared_dependencies(config))
-            inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies)
+            inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies, source_date_epoch)
             record = BuildDir(build_dir).inputs_record(cell.name)
             built = is_built(build_dir / cell.name)
             if built and record.is_file() and record.read_text() == inputs:
@@ -136,6 +139,7 @@ def build_cells(
                 limits=limits,
                 timeout=timeout,
                 dependencies=dependencies or (),
+                source_date_epoch=source_date_epoch,
             )
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
