@@ -23,6 +23,8 @@
 set -uo pipefail
 self=$(realpath "$0")
 mode=${1:?start, dsl, wait, run, one or suite}
+# The driver's settings (SWEEP_* as `start` was given them), for the modes it runs itself.
+if [ "$mode" != start ] && [ -f "${2:-}/env" ]; then . "$2/env"; fi
 
 # The order builds start in: nothing to compile first, then CPU kernels, then CUDA kernels
 # by how much they compile (objects, CUTLASS), the four flash-attention kernels and natten last.
@@ -34,9 +36,15 @@ megablocks vllm-moe quantization-eetq sage-attention mamba-ssm flash-mla layer-n
 vllm-flash-attn3 sgl-flash-attn3 flash-attn3"
 HEAVY=" flash-mla flash-attn2 natten vllm-flash-attn3 sgl-flash-attn3 flash-attn3 "
 NEEDS_DSL=" flash-attn4 sonic-moe msa "  # python-depends nvidia-cutlass-dsl: loaded once it is installed
-BUILDS_AT_ONCE=6
-SUITES_AT_ONCE=3
-SUITE_SECONDS=300
+BUILDS_AT_ONCE=${SWEEP_BUILDS_AT_ONCE:-6}
+SUITES_AT_ONCE=${SWEEP_SUITES_AT_ONCE:-3}
+SUITE_SECONDS=${SWEEP_SUITE_SECONDS:-300}
+# Kernels whose [kernel.*] sections name other architectures too: one sm_90 build would leave
+# such a section with no capability (refused, as kernel-builder refuses it), so they are built
+# for the capabilities that give every section one. SWEEP_CAPS adds or replaces entries.
+CAPS="flash-attn3=8.0,9.0 sgl-flash-attn3=8.0,9.0 vllm-flash-attn3=8.0,9.0 flash-mla=9.0,10.0
+sage-attention=8.0,8.9,9.0,10.0 natten=8.0,9.0,10.0 ${SWEEP_CAPS:-}"
+caps_of() { local c=9.0 entry; for entry in $CAPS; do [ "${entry%%=*}" = "$1" ] && c=${entry#*=}; done; echo "$c"; }
 
 tsv() { local IFS=$'\t'; echo "$*" >>"$work/summary.tsv"; echo "$*"; }
 elapsed() { echo $(($(date +%s) - $(cat "$work/t0"))); }
@@ -76,9 +84,12 @@ if [ "$mode" = start ]; then
   python3 -m pip install -q --no-index --find-links "$carry/whl" "kernels==0.17.2" "pydantic>=2.6" \
     "tomli-w>=1.0" "docker>=7" "huggingface_hub>=1.10" "kernel-abi-check>=0.14" "typer>=0.12" "rich>=13" \
     apache-tvm-ffi einops pyyaml packaging >"$work/logs/pip.log" 2>&1 || { tail -5 "$work/logs/pip.log"; exit 3; }
-  python3 -m pip install -q --no-index --no-deps "$carry"/whl-dsl/*.whl >>"$work/logs/pip.log" 2>&1 || exit 3
-  cp "$carry/dsl-a.part" "$carry/dsl.sha256" "$carry/kc-commit" "$work/" && cp -r "$carry/km" "$work/km" || exit 3
-  sed -i 's|/tmp/dsl-cu13.tar.xz|dsl.tar.xz|' "$work/dsl.sha256"
+  if [ -d "$carry/whl-dsl" ]; then  # a sweep of the kernels that need nvidia-cutlass-dsl
+    python3 -m pip install -q --no-index --no-deps "$carry"/whl-dsl/*.whl >>"$work/logs/pip.log" 2>&1 || exit 3
+    cp "$carry/dsl-a.part" "$carry/dsl.sha256" "$work/" || exit 3
+    sed -i 's|/tmp/dsl-cu13.tar.xz|dsl.tar.xz|' "$work/dsl.sha256"
+  fi
+  cp "$carry/kc-commit" "$work/" && cp -r "$carry/km" "$work/km" || exit 3
   tar xzf "$carry/cutlass-deps.tgz" -C "$work/deps" && tar xzf "$carry/kc.tgz" -C "$work/kc" || exit 3
   cp "$self" "$work/driver.sh"  # the working tree here is replaced at each call: run a copy
   export PYTHONPATH=$work/km
@@ -87,6 +98,7 @@ if [ "$mode" = start ]; then
   nvcc --version | tail -2 | head -1
   date +%s >"$work/t0"
   echo "$end" >"$work/end"
+  for var in ${!SWEEP_*}; do echo "export $var=${!var@Q}"; done >"$work/env"  # the driver's settings
   setsid nohup "$work/driver.sh" run "$work" >"$work/driver.log" 2>&1 </dev/null &
   echo "started"
   exit 0
@@ -122,10 +134,10 @@ if [ "$mode" = one ]; then  # build, check the ABI, load
   kind=$(kind_of "$dir")
   left=$((build_end - $(elapsed)))
   if [ $left -lt 30 ]; then tsv BUILD "$k" skipped 0 - - "not started: the sweep's build time was over"; exit 0; fi
-  jobs=4; [[ $HEAVY == *" $k "* ]] && jobs=3
+  jobs=${SWEEP_JOBS:-4}; [[ $HEAVY == *" $k "* ]] && jobs=${SWEEP_HEAVY_JOBS:-3}
   case $kind in
     noarch) args=() ;;
-    cuda) args=(--backend cuda --cuda-capabilities 9.0 -j "$jobs") ;;
+    cuda) args=(--backend cuda --cuda-capabilities "$(caps_of "$k")" -j "$jobs") ;;
     cpu) args=(--backend cpu -j "$jobs") ;;
   esac
   echo "+ python3 -m kernel_matrix build --kernel-dir $dir --build-dir $b ${args[*]}" >"$log"
@@ -159,6 +171,9 @@ if [ "$mode" = suite ]; then  # the kernel's own tests through kernel-matrix tes
   left=$((end - $(elapsed))); [ $left -gt $SUITE_SECONDS ] && left=$SUITE_SECONDS
   if [ $left -lt 20 ]; then tsv TEST "$k" "$variant" skipped 0 - "not started: the sweep's time was over"; exit 0; fi
   extra=(); [ "$k" = causal-conv1d ] && extra=(--pytest-arg=-n --pytest-arg=8)
+  for entry in ${SWEEP_SUITE_SECONDS_OF:-}; do  # kernel=seconds: a longer limit for one suite
+    [ "${entry%%=*}" = "$k" ] && left=$((end - $(elapsed))) && [ $left -gt "${entry#*=}" ] && left=${entry#*=}
+  done
   echo "+ python3 -m kernel_matrix test $b/$variant --kernel-dir $dir --pytest-arg=-q ${extra[*]} (timeout ${left}s)" >"$log"
   t0=$(date +%s)
   timeout -k 10 "$left" python3 -m kernel_matrix test "$b/$variant" --kernel-dir "$dir" --pytest-arg=-q "${extra[@]}" >>"$log" 2>&1
@@ -175,6 +190,7 @@ xargs -P "$SUITES_AT_ONCE" -n 1 "$work/driver.sh" suite "$work" <"$work/suiteq" 
 suites=$!
 exec 3>"$work/suiteq"  # held open until every build is done: the suites' queue ends then
 (  # the kernels that need nvidia-cutlass-dsl: loaded and tested once `dsl` has unpacked it
+  [ -e "$work/dsl-a.part" ] || exit 0  # not carried: this sweep has none of them
   while [ ! -e "$work/dsl-ready" ] && [ "$(elapsed)" -lt $((end - 60)) ]; do sleep 5; done
   [ -e "$work/dsl-ready" ] || echo "nvidia-cutlass-dsl never arrived: loading without it"
   for k in $NEEDS_DSL; do

@@ -278,6 +278,64 @@ def plan(
     )
 
 
+@dataclass(frozen=True)
+class SectionSource:
+    """How one [kernel.*] source is compiled: by the first section that lists it, with
+    what every section listing it adds."""
+
+    section: str  # the first section listing it (its object's folder)
+    section_includes: list[Path]  # the sections' own include dirs
+    includes: list[Path]  # ...and their dependencies' headers
+    cxx_flags: list[str]
+    cuda_flags: list[str]
+    capabilities: list[str]
+    ptx_for_highest: bool
+
+
+def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[str, SectionSource]:
+    """Each source of the plan's sections, compiled once. kernel-builder adds every section's
+    sources to one CMake target, which compiles a file once however many sections list it
+    (flash-mla lists csrc/api/api_impl.cu in its sm90 and its sm100 section); each section
+    appends its gencode and its flags to the file's COMPILE_OPTIONS (kernel.cmake,
+    utils.cmake). So here: the sections' flags one after the other in build.toml's order,
+    their capabilities and include dirs together (kernel-builder keeps one section's include
+    dirs, whichever its hash map visits last; all of them, in order, is the deterministic
+    superset). A file compiled twice would define its symbols twice in the link."""
+    kernel_dir = plan.kernel_dir
+    merged: dict[str, SectionSource] = {}
+    for name, kernel in plan.sections().items():
+        own = [kernel_dir / d for d in kernel.include]
+        deps = [dependencies[d].include for d in kernel.depends if d != "torch"]
+        cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
+        if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
+            # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
+            cuda_flags = [f for f in cuda_flags if not _TEMPLATE_STUB_FLAG.fullmatch(f)]
+        use = SectionSource(
+            section=name,
+            section_includes=own,
+            includes=[*own, *deps],
+            cxx_flags=list(kernel.cxx_flags),
+            cuda_flags=cuda_flags,
+            capabilities=plan.section_capabilities.get(name, []),
+            # kernel-builder: PTX of the highest only for the default list (its "12.1+PTX").
+            ptx_for_highest=not (isinstance(kernel, CudaKernel) and kernel.cuda_capabilities),
+        )
+        for src in kernel.src:
+            if (first := merged.get(src)) is None:
+                merged[src] = use
+                continue
+            merged[src] = replace(
+                first,
+                section_includes=list(dict.fromkeys([*first.section_includes, *use.section_includes])),
+                includes=list(dict.fromkeys([*first.includes, *use.includes])),
+                cxx_flags=[*first.cxx_flags, *use.cxx_flags],
+                cuda_flags=[*first.cuda_flags, *use.cuda_flags],
+                capabilities=sorted({*first.capabilities, *use.capabilities}, key=capability_order),
+                ptx_for_highest=first.ptx_for_highest or use.ptx_for_highest,
+            )
+    return merged
+
+
 def build_steps(
     plan: BuildPlan, work: Path, so_path: Path, *, parallel: Parallelism | None = None
 ) -> tuple[list[Step], Step]:
@@ -372,30 +430,22 @@ def build_steps(
             f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=compilers, tuning=tuple(tuning)
         )
 
-    for name, kernel in plan.sections().items():
-        includes = [kernel_dir / d for d in kernel.include]
-        section_dirs.update(dict.fromkeys(includes))
-        includes += [dependencies[d].include for d in kernel.depends if d != "torch"]
-        cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
-        if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
-            # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
-            cuda_flags = [f for f in cuda_flags if not _TEMPLATE_STUB_FLAG.fullmatch(f)]
-        for src in kernel.src:
-            source = kernel_dir / src
-            section_dirs[source.parent] = None
-            output = work / "obj" / name / (src.replace("/", "__") + ".o")
-            step = compile_step(
-                source,
-                output,
-                [*includes, *torch_includes],
-                kernel.cxx_flags,
-                cuda_flags,
-                plan.section_capabilities.get(name, []),
-                # kernel-builder: PTX of the highest only for the default list (its "12.1+PTX").
-                ptx_for_highest=not (isinstance(kernel, CudaKernel) and kernel.cuda_capabilities),
-            )
-            if step is not None:
-                compiles.append(step)
+    for src, use in section_sources(plan, dependencies).items():
+        source = kernel_dir / src
+        section_dirs.update(dict.fromkeys(use.section_includes))
+        section_dirs[source.parent] = None
+        output = work / "obj" / use.section / (src.replace("/", "__") + ".o")
+        step = compile_step(
+            source,
+            output,
+            [*use.includes, *torch_includes],
+            use.cxx_flags,
+            use.cuda_flags,
+            use.capabilities,
+            ptx_for_highest=use.ptx_for_highest,
+        )
+        if step is not None:
+            compiles.append(step)
     # The binding sees its own include dirs and the sections' (as one CMake target does).
     binding_includes = [*(kernel_dir / d for d in torch_section.include), *section_dirs, *torch_includes]
     for src in torch_section.src:

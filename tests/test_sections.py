@@ -1,0 +1,95 @@
+"""A source that several [kernel.*] sections list is compiled once, as kernel-builder's one
+CMake target compiles it (flash-mla lists csrc/api/api_impl.cu in its sm90 and its sm100
+section): each section adds its flags, capabilities and include dirs to that one compile."""
+
+from pathlib import Path
+
+from conftest import kernel_matrix
+
+SHARED = """\
+// Compiled once, with both sections' flags: alone, either section's compile stops here.
+#if !defined(FROM_FIRST) || !defined(FROM_SECOND)
+#error "compiled without one of the two sections' flags"
+#endif
+int kernel_matrix_shared_source() { return 1; }
+"""
+
+TWO_SECTIONS = """
+[kernel.first]
+backend = "{backend}"
+depends = []
+src = ["csrc/shared.{suffix}"]
+include = ["csrc/first"]
+{flags} = ["-DFROM_FIRST"]
+{capabilities_first}
+
+[kernel.second]
+backend = "{backend}"
+depends = []
+src = ["csrc/shared.{suffix}"]
+include = ["csrc/second"]
+{flags} = ["-DFROM_SECOND"]
+{capabilities_second}
+"""
+
+
+def with_two_sections(kernel: Path, backend: str) -> Path:
+    """kernel (a copy of img2gray) with two more sections that both list csrc/shared.*."""
+    cuda = backend == "cuda"
+    suffix = "cu" if cuda else "cpp"
+    (kernel / "csrc" / f"shared.{suffix}").write_text(SHARED)
+    for folder in ("first", "second"):
+        (kernel / "csrc" / folder).mkdir()
+    toml = kernel / "build.toml"
+    toml.write_text(
+        toml.read_text()
+        + TWO_SECTIONS.format(
+            backend=backend,
+            suffix=suffix,
+            flags="cuda-flags" if cuda else "cxx-flags",
+            capabilities_first='cuda-capabilities = ["9.0a"]' if cuda else "",
+            capabilities_second='cuda-capabilities = ["10.0f"]' if cuda else "",
+        )
+    )
+    return kernel
+
+
+def test_a_source_in_two_cuda_sections_is_one_compile_with_both_sections_flags(kernel_copy):
+    """Planned without a process: one step for the shared file, the sections' flags in
+    build.toml's order, their capabilities and include dirs together."""
+    from kernel_matrix.building import native_build
+    from kernel_matrix.config.buildtoml import load_build_toml
+    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
+
+    kernel = with_two_sections(kernel_copy, "cuda")
+    torch = TorchInstall("python3", Path("/opt/km/torch"), "2.11.0+cu130", "13.0", Path("/usr/include/py"))
+    toolchain = Toolchain(
+        torch=torch, nvcc=Nvcc(Path("/opt/cuda/bin/nvcc"), "13.0", Path("/opt/cuda")), cxx="g++", arch="x86_64"
+    )
+    plan = native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda")
+
+    sources = native_build.section_sources(plan, dependencies={})
+    shared = sources["csrc/shared.cu"]
+    assert shared.section == "first"
+    assert shared.cuda_flags == ["-DFROM_FIRST", "-DFROM_SECOND"]
+    assert shared.capabilities == ["9.0a", "10.0f"]
+    assert shared.includes == [kernel / "csrc" / "first", kernel / "csrc" / "second"]
+    # img2gray's own files, listed by one section each, are untouched by the merge.
+    assert sources["csrc/img2gray_cuda.cu"].cuda_flags == []
+
+
+def test_a_source_in_two_cpu_sections_builds_links_once_and_loads(kernel_copy, object_cache, tmp_path):
+    """Built for real: compiled once per section, the file stops at its #error (without it,
+    its function is defined twice and the link fails, as flash-mla's did)."""
+    kernel = with_two_sections(kernel_copy, "cpu")
+    result = kernel_matrix(
+        "build", "--backend", "cpu", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path),
+        "--cache-dir", str(object_cache),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    (library,) = tmp_path.glob("*/*.so")
+    test = kernel_matrix(
+        "test", str(library.parent), "--kernel-dir", str(kernel), "--pytest-arg=-k",
+        "--pytest-arg=test_gray_pixels_keep_their_value",
+    )  # fmt: skip
+    assert test.returncode == 0, test.stdout[-2000:] + test.stderr[-2000:]
