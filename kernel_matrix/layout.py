@@ -7,10 +7,14 @@
 <root>/.cache/objects/<trust>/<kernel>/  the compiled-object cache: a scope per kernel and trust
 <root>/summary.md                   the last container build's table
 <out>/.cache-new/                   a build container's new object-cache entries, merged by the host
+
+Outside any build folder, the user's cache folder (user_cache()) holds what builds share on
+one host: pinned dependencies (deps/) and the locks of builder images being made (locks/).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +24,11 @@ METADATA = "metadata.json"
 LOGS, CACHE = "logs", ".cache"
 # A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).
 CACHE_WRITES = CACHE + "-new"
+
+
+def user_cache() -> Path:
+    """kernel-matrix's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-matrix"
 
 
 def is_built(variant_dir: Path) -> bool:

@@ -9,6 +9,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_DIR = REPO / "kernel"
+# Real kernels (test data, only read, never copied into the project): ../shared/corpus beside
+# the checkout, or wherever KERNEL_MATRIX_CORPUS names its kernels-community folder.
+COMMUNITY = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
+CORPUS = COMMUNITY.parent
+needs_corpus = pytest.mark.skipif(not COMMUNITY.is_dir(), reason=f"no kernel corpus at {COMMUNITY}")
 
 
 def pytest_addoption(parser):

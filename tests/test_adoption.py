@@ -36,13 +36,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import CORPUS, REPO, needs_corpus
 from hubserver import HubServer
 from test_workflows import download, load, render, runs, upload
 
 pytestmark = [pytest.mark.build, pytest.mark.engine]
 
-CORPUS = REPO.parent / "shared" / "corpus"
 CPU_TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 VARIANT = "torch213-cxx11-cpu-x86_64-linux"
 SKIPPED_USES = ("actions/checkout@", "actions/setup-python@")  # the workspace is the checkout; python is the venv's
@@ -319,6 +318,7 @@ def adopt(
     return repository, init
 
 
+@needs_corpus
 def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
     repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror)
     (caller,) = (repository / ".github" / "workflows").glob("*.yml")
@@ -334,6 +334,7 @@ def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine
     assert [r.split(":")[0] for r in runner.ran].count("test-cpu") >= 1
 
 
+@needs_corpus
 def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
     kernels = {"relu": CORPUS / "kernels-community" / "relu", "einops": CORPUS / "kernels-community" / "einops"}
     repository, _ = adopt(kernels, tmp_path, installed, mirror)

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kernel_matrix, variant_backend
+from conftest import COMMUNITY, kernel_matrix, needs_corpus, variant_backend
 
 from kernel_matrix.config.buildtoml import load_build_toml
 
-CORPUS = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
+CORPUS = COMMUNITY
 KERNELS = ["activation", "einops", "layer-norm", "quantization-gptq", "relu", "rotary"]
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no kernel corpus at {CORPUS}")
+pytestmark = needs_corpus
 
 # kernel -> (noarch, the sections kernel-matrix skips, the backends it builds)
 EXPECTED = {

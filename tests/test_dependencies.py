@@ -17,14 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import COMMUNITY, kernel_matrix
 
 from kernel_matrix.building import dependencies
 from kernel_matrix.config.buildtoml import Dependency
 from kernel_matrix.errors import ExitCode, ToolchainError
-
-# kernels-community's kernels (test data, never copied here), as tests/test_corpus.py finds them.
-COMMUNITY = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
 
 
 def test_every_name_kernel_builder_knows_has_a_pin():

@@ -18,13 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import CORPUS, REPO, kernel_matrix
 
 from kernel_matrix.config.buildtoml import load_build_toml
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.capabilities import gencode_flags, select_capabilities
 
-CORPUS = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community")).parent
 HF = CORPUS / "huggingface-kernels"
 MAXSIM = CORPUS / "ErikKaum" / "maxsim"
 

@@ -29,6 +29,7 @@ from typing import IO
 
 from kernel_matrix.data import load
 from kernel_matrix.errors import ToolchainError
+from kernel_matrix.layout import user_cache
 
 # Overrides: <dir>/<dependency>/include, used as it is (not pinned, not checked).
 DEPS_DIR_ENV = "KERNEL_MATRIX_DEPS_DIR"
@@ -105,8 +106,7 @@ def tree_digest(root: Path) -> str:
 def cache_root() -> Path:
     if root := os.environ.get(DEPS_CACHE_ENV):
         return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kernel-matrix" / "deps"
+    return user_cache() / "deps"
 
 
 @dataclass(frozen=True)

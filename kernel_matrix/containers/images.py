@@ -24,15 +24,18 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+from filelock import FileLock
 
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.containers.engine import Mount, container
 from kernel_matrix.errors import EngineError
+from kernel_matrix.layout import user_cache
 from kernel_matrix.planning import torch_cuda
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.variants import cuda_major, cuda_tag, host_arch, torch_tag
@@ -96,6 +99,21 @@ def _present(client: docker.DockerClient, tag: str) -> bool:
         return False
 
 
+@contextmanager
+def _made_once(client: docker.DockerClient, tag: str) -> Iterator[bool]:
+    """Yields whether `tag` is there; if not, holds this host's lock for making it while
+    the caller makes it. A second maker (another build on the runner host, another test
+    worker) waits for the first and then finds the image, instead of spending minutes on
+    a copy that would leave the first one untagged."""
+    if _present(client, tag):
+        yield True
+        return
+    locks = user_cache() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(locks / f"image-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.lock"):
+        yield _present(client, tag)
+
+
 def debian_mirror() -> str:
     """The Debian archive this host's apt uses (so its mirror or proxy carries
     over); deb.debian.org when it uses none."""
@@ -111,8 +129,14 @@ def debian_mirror() -> str:
 def offline_base(client: docker.DockerClient, log: Callable[[str], None] = print) -> str:
     mirror = debian_mirror()
     tag = f"kernel-matrix/offline-base:{_digest(OFFLINE_SUITE, mirror, OFFLINE_PACKAGES)}"
-    if _present(client, tag):
-        return tag
+    with _made_once(client, tag) as present:
+        if not present:
+            _make_offline_base(client, tag, mirror, log)
+    return tag
+
+
+def _make_offline_base(client: docker.DockerClient, tag: str, mirror: str, log: Callable[[str], None]) -> None:
+    """debootstrap's minimal Debian with OFFLINE_PACKAGES, imported as tag."""
     if shutil.which("debootstrap") is None:
         raise EngineError("the offline base image needs debootstrap (apt-get install debootstrap)")
     log(f"creating {tag} with debootstrap from {mirror} (about a minute)")
@@ -125,7 +149,6 @@ def offline_base(client: docker.DockerClient, log: Callable[[str], None] = print
         client.api.import_image_from_data(data, repository=repository, tag=version, changes=[f'LABEL {LABEL}="base"'])
     except docker.errors.DockerException as exc:
         raise EngineError(f"importing {tag} failed: {str(exc).splitlines()[0][:300]}") from None
-    return tag
 
 
 def _run_or_explain(argv: list[str], tag: str) -> bytes:
@@ -289,8 +312,27 @@ def builder_image(
     recipe = (BUILD_TOOL_REQUIREMENTS, torch, torch_index, cuda, CUDA_WHEELS, CUDA_LIBRARIES, target)
     digest = _digest(base_id, script, recipe, pip.settings)
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-{cuda_tag(cuda) if cuda else 'cpu'}-{digest}"
-    if _present(client, tag):
-        return tag
+    with _made_once(client, tag) as present:
+        if not present:
+            _make_builder(
+                client, base, tag, script, torch=torch, cuda=cuda, torch_index=torch_index, target=target, log=log
+            )
+    return tag
+
+
+def _make_builder(
+    client: docker.DockerClient,
+    base: str,
+    tag: str,
+    script: str,
+    *,
+    torch: str,
+    cuda: str | None,
+    torch_index: str,
+    target: Target,
+    log: Callable[[str], None],
+) -> None:
+    """Downloads on the host, installs in a container with no network, commits it as tag."""
     log(f"creating {tag} (pip downloads torch {torch}{' and CUDA ' + cuda if cuda else ''}, installs offline)")
     with tempfile.TemporaryDirectory(prefix="km-wheels-") as tmp:
         wheels = Path(tmp)
@@ -312,7 +354,6 @@ def builder_image(
                 raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
             repository, version = tag.split(":")
             box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
-    return tag
 
 
 def official_builder(
@@ -340,8 +381,21 @@ def official_builder(
     }
     digest = _digest(dockerfile.read_text(), sorted(args.items()))
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-official-{digest}"
-    if _present(client, tag):
-        return tag
+    with _made_once(client, tag) as present:
+        if not present:
+            _make_official(client, tag, dockerfile, args, base, log)
+    return tag
+
+
+def _make_official(
+    client: docker.DockerClient,
+    tag: str,
+    dockerfile: Path,
+    args: dict[str, str],
+    base: str,
+    log: Callable[[str], None],
+) -> None:
+    """docker build of the Dockerfile with args, tagged tag."""
     log(f"creating {tag} from {dockerfile.name} on {base}")
     try:
         for chunk in client.api.build(
@@ -358,7 +412,6 @@ def official_builder(
                 raise EngineError(f"creating {tag} failed: {str(chunk['error']).strip()[-800:]}")
     except docker.errors.DockerException as exc:
         raise EngineError(f"creating {tag} failed: {str(exc).splitlines()[0][:300]}") from None
-    return tag
 
 
 def builder_for(
