@@ -76,8 +76,13 @@ def object_cache(tmp_path_factory) -> Path:
     """One compiled-object cache (--cache-dir) for the session's builds of the same sources:
     a build another test already compiled copies its objects instead of compiling again. The
     cache never changes a result (tests/test_reproducible.py); tests that assert a cold build
-    use --no-cache or their build folder's own cache instead."""
-    return tmp_path_factory.mktemp("object-cache")
+    use --no-cache or their build folder's own cache instead. The pytest-xdist workers share
+    it (their temporary folders are siblings): the cache takes concurrent builds' writes."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.mktemp("object-cache")
+    shared = tmp_path_factory.getbasetemp().parent / "object-cache"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 # `kernel-matrix test` options that run one test of img2gray's own suite: enough to show a
