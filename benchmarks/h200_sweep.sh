@@ -8,6 +8,12 @@
 #   benchmarks/h200_sweep.sh dsl PART WORK          # the rest of nvidia-cutlass-dsl-libs-cu13 (too big for one call)
 #   benchmarks/h200_sweep.sh wait WORK OUT SECS     # wait for it (at most SECS), copy the results to OUT
 #
+# `start` takes its settings from the environment (kept in WORK/env for the driver):
+#   SWEEP_ORDER="k1 k2 ..."  the kernels, in the order their builds start (default: ORDER below)
+#   SWEEP_BUILDS_AT_ONCE, SWEEP_SUITES_AT_ONCE, SWEEP_JOBS, SWEEP_HEAVY_JOBS (-j of HEAVY kernels)
+#   SWEEP_SUITE_SECONDS (each suite's limit), SWEEP_SUITE_SECONDS_OF="kernel=seconds ..."
+#   SWEEP_CAPS="kernel=8.0,9.0 ..."  --cuda-capabilities of a kernel (beside CAPS below)
+#
 # CARRY (made on the development machine, carried to the device):
 #   CARRY/km/                a snapshot of kernel-matrix (git archive HEAD kernel_matrix pyproject.toml),
 #                            run as PYTHONPATH=WORK/km python3 -m kernel_matrix
