@@ -4,6 +4,7 @@ section): each section adds its flags, capabilities and include dirs to that one
 
 from pathlib import Path
 
+import pytest
 from conftest import kernel_matrix
 
 SHARED = """\
@@ -93,3 +94,28 @@ def test_a_source_in_two_cpu_sections_builds_links_once_and_loads(kernel_copy, o
         "--pytest-arg=test_gray_pixels_keep_their_value",
     )  # fmt: skip
     assert test.returncode == 0, test.stdout[-2000:] + test.stderr[-2000:]
+
+
+def test_a_narrowed_build_keeps_a_section_it_would_empty_at_the_sections_own_capabilities(kernel_copy):
+    """--cuda-capabilities 9.0 (or a matrix row) narrows the targets; a section whose own list
+    has nothing of them (here sm_100 only) is built for its own list, as kernel-builder always
+    builds such a section, instead of refusing the kernel (flash-attn3's sm80 section, natten's
+    Blackwell one). One no CUDA version can build is still refused."""
+    from kernel_matrix.building import native_build
+    from kernel_matrix.config.buildtoml import load_build_toml
+    from kernel_matrix.errors import ConfigError
+    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
+
+    kernel = with_two_sections(kernel_copy, "cuda")
+    torch = TorchInstall("python3", Path("/opt/km/torch"), "2.11.0+cu130", "13.0", Path("/usr/include/py"))
+    nvcc = Nvcc(Path("/opt/cuda/bin/nvcc"), "13.0", Path("/opt/cuda"))
+    toolchain = Toolchain(torch=torch, nvcc=nvcc, cxx="g++", arch="x86_64")
+    plan = native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda", cuda_capabilities=["9.0"])
+    assert plan.section_capabilities["first"] == ["9.0a"]
+    assert plan.section_capabilities["second"] == ["10.0f"]
+    assert plan.section_capabilities["img2gray_cuda"] == ["9.0"]  # the narrowing holds where it can
+
+    toml = kernel / "build.toml"
+    toml.write_text(toml.read_text().replace('cuda-capabilities = ["10.0f"]', 'cuda-capabilities = ["6.0"]'))
+    with pytest.raises(ConfigError, match=r"\[kernel.second\]: none of cuda-capabilities \['6.0'\]"):
+        native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda", cuda_capabilities=["9.0"])

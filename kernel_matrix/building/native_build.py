@@ -254,11 +254,17 @@ def plan(
                 continue  # as kernel-builder: the section needs a newer CUDA
             # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
             chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version, cuda_capabilities)
+            if not chosen and cuda_capabilities and kernel.cuda_capabilities:
+                # A narrowed build (--cuda-capabilities 9.0, a matrix row) that leaves a section with
+                # its own list nothing: that section is built for its own list, as kernel-builder
+                # always builds such a section (kernel.cmake intersects it with the CUDA version's
+                # full list; the local narrowing replaces only the default list of sections with
+                # none). Leaving it out would leave the binding's calls into it unresolved.
+                chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version)
             if not chosen:
                 raise ConfigError(
                     f"{kernel_dir / 'build.toml'}: [kernel.{name}]: none of cuda-capabilities "
                     f"{kernel.cuda_capabilities} can be built with CUDA {cuda}"
-                    + (f" for {','.join(cuda_capabilities)}" if cuda_capabilities else "")
                 )
             sections[name] = chosen
     capabilities = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
