@@ -1,6 +1,8 @@
 """kernel/build.toml: the real file parses; every problem of a bad one is one
 line with file:line:col, all of them, exit code 2, no traceback, nothing built."""
 
+import json
+
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
 
@@ -250,8 +252,9 @@ def test_a_cpu_only_kernel_has_no_cuda_cells(kernel_copy, tmp_path):
 
 
 def test_a_variant_ships_the_packages_python_files_and_what_pyext_adds(tmp_path):
-    """As kernel-builder installs torch-ext/<name>/ (build-variants.cmake: *.py, plus pyext's
-    extensions but py and pyi): a helper script or marker file left there is not published."""
+    """As kernel-builder installs a noarch kernel's torch-ext/<name>/ (the source set's files,
+    pyext's extensions: torch/noarch/setup.py, source-set.nix): a helper script or marker file
+    left there is not published."""
     from kernel_matrix.building.native_build import build_noarch
 
     kernel = tmp_path / "shipped"
@@ -266,5 +269,45 @@ def test_a_variant_ships_the_packages_python_files_and_what_pyext_adds(tmp_path)
         (package / name).write_text("x = 1\n" if name.endswith(".py") else "{}\n")
     (variant,) = build_noarch(kernel, tmp_path / "build", backends=["cpu"])
     shipped = sorted(str(p.relative_to(variant)) for p in variant.rglob("*") if p.is_file())
-    assert shipped == ["__init__.py", "_ops.py", "metadata.json", "sub/__init__.py", "sub/table.json"]
+    assert shipped == ["__init__.py", "_ops.py", "metadata.json", "stubs.pyi", "sub/__init__.py", "sub/table.json"]
+    assert load_build_toml(kernel).package_suffixes == {".py", ".pyi", ".json"}
+    # No pyext: kernel-builder's default, py and pyi. A [torch] kernel installs *.py and pyext's
+    # data extensions only (build-variants.cmake): its stubs stay out.
+    toml = kernel / "build.toml"
+    toml.write_text(toml.read_text().replace('pyext = ["py", "pyi", "json"]\n', ""))
+    assert load_build_toml(kernel).package_suffixes == {".py", ".pyi"}
+    toml.write_text(toml.read_text().replace("[torch-noarch]", '[torch]\npyext = ["py", "pyi", "json"]'))
     assert load_build_toml(kernel).package_suffixes == {".py", ".json"}
+
+
+def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_them(tmp_path):
+    """kernels-data's Metadata: `upstream` and `source` where given, `kernel-depends` always
+    (the kernel's, then its backend's), in its key order; the loader reads the file."""
+    from kernels._rust import Metadata
+
+    from kernel_matrix.building.native_build import build_noarch
+
+    kernel = tmp_path / "described"
+    (kernel / "torch-ext" / "described").mkdir(parents=True)
+    (kernel / "torch-ext" / "described" / "__init__.py").write_text("x = 1\n")
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "described"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cpu", "cuda"]\n'
+        'upstream = "https://github.com/example/upstream"\nsource = "https://github.com/example/described"\n'
+        'kernel-depends = [{ repo-id = "kernels-community/relu", version = 1 }]\n\n'
+        '[general.cuda]\nkernel-depends = [{ repo-id = "kernels-community/activation", revision = "abc123" }]\n\n'
+        "[torch-noarch]\n"
+    )
+    cpu, cuda = build_noarch(kernel, tmp_path / "build", backends=["cpu", "cuda"])
+    raw = json.loads((cuda / "metadata.json").read_text())
+    keys = ["name", "id", "version", "license", "upstream", "source", "python-depends", "kernel-depends", "backend"]
+    assert list(raw)[: len(keys)] == keys
+    assert raw["source"] == "https://github.com/example/described"
+    assert raw["kernel-depends"] == [
+        {"repo-id": "kernels-community/relu", "version": 1},
+        {"repo-id": "kernels-community/activation", "revision": "abc123"},
+    ]
+    assert json.loads((cpu / "metadata.json").read_text())["kernel-depends"] == [
+        {"repo-id": "kernels-community/relu", "version": 1}
+    ]
+    for variant in (cpu, cuda):
+        assert str(Metadata.read_from_file(variant / "metadata.json").name) == "described"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -597,7 +598,9 @@ def build_variant(
             archs=plan.capabilities if plan.backend == "cuda" else None,
             kernel_git=git_state(plan.kernel_dir),
             python_depends=python_depends(plan.config, plan.backend),
+            kernel_depends=kernel_depends(plan.config, plan.backend),
             upstream=general.upstream,
+            source=general.source,
             # The headers of its `depends` are part of what compiled it (variant_dir's
             # provenance has no place of their own for them): name -> pin and digest.
             toolchain=toolchain_record(plan)
@@ -645,6 +648,15 @@ def python_depends(config: BuildConfig, backend: str) -> list[str]:
     return [*(general.python_depends or []), *((backend_table.python_depends if backend_table else None) or [])]
 
 
+def kernel_depends(config: BuildConfig, backend: str) -> list[dict[str, Any]]:
+    """metadata.json's kernel-depends: the kernel's, then its backend's, each as
+    kernel-builder writes it ({"repo-id", "version"} or {"repo-id", "revision"})."""
+    general = config.general
+    backend_table = {"cuda": general.cuda, "xpu": general.xpu, "neuron": general.neuron}.get(backend)
+    depends = [*(general.kernel_depends or []), *((backend_table.kernel_depends if backend_table else None) or [])]
+    return [d.model_dump(mode="json", by_alias=True, exclude_none=True) for d in depends]
+
+
 def build_noarch(
     kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None, config: BuildConfig | None = None
 ) -> list[Path]:
@@ -688,7 +700,9 @@ def build_noarch(
                 archs=archs,
                 kernel_git=git_state(kernel_dir),
                 python_depends=python_depends(config, backend),
+                kernel_depends=kernel_depends(config, backend),
                 upstream=general.upstream,
+                source=general.source,
             )
         made.append(out_dir.resolve() / f"torch-{backend}")
     return made

@@ -124,7 +124,9 @@ def write_metadata(
     archs: list[str] | None,
     kernel_git: GitState | None,
     python_depends: list[str],
+    kernel_depends: list[dict[str, Any]] | None = None,
     upstream: str | None = None,
+    source: str | None = None,
     toolchain: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """toolchain: provenance.toolchain(), for compiled variants. The git states
@@ -136,8 +138,11 @@ def write_metadata(
         "id": module,
         "version": version,
         "license": license,
+        # kernel-builder's keys, in its order (kernels-data metadata.rs `Metadata`).
         **({"upstream": upstream} if upstream else {}),
+        **({"source": source} if source else {}),
         "python-depends": python_depends,
+        "kernel-depends": kernel_depends or [],
         "backend": {"type": backend, **({"archs": archs} if archs is not None else {})},
         "digest": {"algorithm": "sha256", "files": digest_files(variant_dir)},
         "provenance": {

@@ -128,7 +128,7 @@ class TorchNoarch(BaseModel):
     """A Python-only kernel. kernel-builder spells these keys in snake_case."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    pyext: list[str] = []
+    pyext: list[str] | None = None  # None: kernel-builder's default, py and pyi
     cuda_capabilities: list[Capability] | None = None
     rocm_archs: list[str] | None = None
 
@@ -200,11 +200,15 @@ class BuildConfig(Section):
     @property
     def package_suffixes(self) -> frozenset[str]:
         """Which files of torch-ext/<python_name>/ a variant ships, as kernel-builder installs
-        them: every .py, and the extensions pyext adds (build-variants.cmake globs *.py and
-        kernels-data's data_extensions: pyext without py and pyi). A helper script or a
-        prebuilt library left in the package folder is not published."""
-        section = self.torch_noarch if self.torch_noarch is not None else self.torch
-        extra = section.pyext if section is not None else []
+        them. [torch]: every .py, and the extensions pyext adds (build-variants.cmake globs
+        *.py and kernels-data's data_extensions: pyext without py and pyi). [torch-noarch]:
+        the files of the source set, pyext's extensions, by default py and pyi
+        (nix-builder source-set.nix; torch/noarch/setup.py copies them all), .py always.
+        A helper script or a prebuilt library left in the package folder is not published."""
+        if self.torch_noarch is not None:
+            extensions = ["py", "pyi"] if self.torch_noarch.pyext is None else self.torch_noarch.pyext
+            return frozenset({".py", *(f".{ext}" for ext in extensions)})
+        extra = self.torch.pyext if self.torch is not None else []
         return frozenset({".py", *(f".{ext}" for ext in extra if ext not in ("py", "pyi"))})
 
     def kernels_for(self, backend: str) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
