@@ -191,3 +191,28 @@ def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
         # --repo-id names one repo: refused for several kernels.
         result = kernel_matrix("publish", *common, "--repo-id", "kernel-matrix/x", "--allow-partial", env=env)
         assert result.returncode == ExitCode.CONFIG and "--kernel NAME" in result.stderr
+
+
+def test_a_selection_of_many_kernels_over_the_github_limit_is_one_line_with_the_total(tmp_path):
+    """The 256-job limit of a GitHub Actions matrix holds for the cells of every kernel together
+    (a repository of 56 kernels had 835 cells, and its workflow's first matrix job failed)."""
+    from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT
+
+    per_kernel = len(Selection(REPO / "build_matrix.yaml").resolve().cells)
+    count = GITHUB_MATRIX_LIMIT // per_kernel + 1
+    names = []
+    for i in range(count):
+        name = f"gray{i}"
+        folder = tmp_path / name
+        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
+        toml = folder / "build.toml"
+        toml.write_text(toml.read_text().replace('name = "img2gray"', f'name = "{name}"'))
+        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name)
+        names.append(name)
+    file = str(write_matrix(tmp_path, names))
+    result = kernel_matrix("matrix", "--json", "-f", file)
+    assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
+    total = per_kernel * count
+    assert f"the selection has {total} cells ({count} kernels)" in result.stderr
+    assert f"at most {GITHUB_MATRIX_LIMIT}" in result.stderr and not result.stdout
+    assert kernel_matrix("matrix", "--json", "-f", file, "--kernel", "gray0").returncode == 0

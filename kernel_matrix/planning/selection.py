@@ -33,6 +33,7 @@ from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.matrix import (
+    GITHUB_MATRIX_LIMIT,
     Cell,
     Machine,
     Matrix,
@@ -176,6 +177,11 @@ class Selection:
                 + (f", --only {self.only}" if self.only else "")
                 + (f", --variant {' '.join(self.variants)}" if self.variants else "")
                 + "; a kernel takes the cells of its build.toml's backends and torch/CUDA ranges)"
+            )
+        if len(cells) > GITHUB_MATRIX_LIMIT:  # select() checked one kernel's grid; this is every kernel's
+            raise ConfigError(
+                f"{matrix.path}: the selection has {len(cells)} cells ({len(kernels)} kernels); a GitHub Actions "
+                f"matrix takes at most {GITHUB_MATRIX_LIMIT}: narrow it with --profile, --only or --kernel"
             )
         # Several kernels get a build folder each; one kernel (or --kernel-dir) keeps build/<variant>.
         return Resolved(matrix, tuple(kernels), tuple(cells), several=len(named) > 1)
