@@ -311,3 +311,41 @@ def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_the
     ]
     for variant in (cpu, cuda):
         assert str(Metadata.read_from_file(variant / "metadata.json").name) == "described"
+
+
+def test_python_depends_kernel_builder_does_not_know_are_refused_at_their_line(kernel_copy):
+    """kernel-builder resolves every python-depends name (kernels-data python_dependencies.json)
+    and the loader refuses a variant naming another: refused here, each at its line, before a
+    variant nobody can load is built and published. A backend's list takes its own names only."""
+    _edit(
+        kernel_copy,
+        'backends = ["cpu", "cuda"]\n',
+        'backends = ["cpu", "cuda"]\npython-depends = ["einops", "numpy", "einop"]\n\n'
+        '[general.cuda]\npython-depends = ["nvidia-cutlass-dsl", "einops"]\n',
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    lines = str(raised.value).splitlines()
+    general, cuda = _line_of(kernel_copy, 'python-depends = ["einops"'), _line_of(kernel_copy, "nvidia-cutlass-dsl")
+    assert len(lines) == 3, lines
+    assert lines[0].startswith(f"{kernel_copy / 'build.toml'}:{general}:")
+    known = "kernel-builder knows einops, helion, tvm-ffi"
+    assert f'general.python-depends: unknown dependency "numpy": {known}' in lines[0]
+    assert 'unknown dependency "einop"' in lines[1] and "did you mean einops?" in lines[1]
+    assert lines[2].startswith(f"{kernel_copy / 'build.toml'}:{cuda}:")
+    assert 'cuda.python-depends: unknown dependency "einops": kernel-builder knows nvidia-cutlass-dsl' in lines[2]
+
+
+def test_the_python_depends_names_are_the_loaders():
+    """kernel_matrix/data/python_depends.yaml is kernel-builder's list; the installed `kernels`
+    loader checks variants against its own copy: a loader release that changes it shows here."""
+    import importlib.util
+    from pathlib import Path
+
+    from kernel_matrix import data
+
+    loader = Path(importlib.util.find_spec("kernels").origin).parent / "python_depends.json"
+    theirs = json.loads(loader.read_text())
+    ours = data.load("python_depends")
+    assert ours["general"] == sorted(theirs["general"])
+    assert {b: sorted(names) for b, names in theirs["backends"].items()} == ours["backends"]

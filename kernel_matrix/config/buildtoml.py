@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, cast
 from packaging.version import Version as PackagingVersion
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernel_matrix import data
 from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.didyoumean import did_you_mean
@@ -268,6 +269,7 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
     # These read the parsed text, not the model, so they run where it did not validate too.
     _check_framework(problems, text, raw)
     _check_sources(problems, text, kernel_dir, raw)
+    _check_python_depends(problems, text, raw)
     problems.raise_if_any()
     assert config is not None  # a ValidationError added at least one problem
     return config
@@ -442,6 +444,27 @@ def _describe(
     else:
         what = f"'{dotted}' = {error.get('input')!r}: {error['msg']}"
     return line, col, what
+
+
+def _check_python_depends(problems: Problems, text: str, raw: dict[str, Any]) -> None:
+    """python-depends names kernel-builder knows: [general]'s from its general list, those of
+    [general.cuda], [general.xpu] and [general.tpu] from that backend's (kernels-data
+    config/mod.rs `all_python_depends`). The loader refuses a variant naming another."""
+    known = data.load("python_depends")
+    places: list[tuple[tuple[str, ...], list[str]]] = [(("general", "python-depends"), known["general"])]
+    places += [(("general", b, "python-depends"), known["backends"].get(b, [])) for b in ("cuda", "xpu", "tpu")]
+    for loc, names in places:
+        entries = _lookup(raw, loc)
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, str) and entry not in names:
+                line, col = toml_key_position(text, loc)
+                problems.add(
+                    line,
+                    col,
+                    f"{'.'.join(loc)}: unknown dependency {json.dumps(entry)}: kernel-builder knows "
+                    + (", ".join(names) or "none here")
+                    + did_you_mean(entry, names),
+                )
 
 
 # A [kernel.<name>] section's name: it names a folder of object files, so no
