@@ -67,6 +67,20 @@ def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -
     return result
 
 
+def img2gray_copies(root: Path, count: int) -> list[str]:
+    """count copies of img2gray under root, named gray0, gray1, ...: a repository of many kernels."""
+    names = []
+    for i in range(count):
+        name = f"gray{i}"
+        folder = root / name
+        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
+        toml = folder / "build.toml"
+        toml.write_text(toml.read_text().replace('name = "img2gray"', f'name = "{name}"'))
+        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name)
+        names.append(name)
+    return names
+
+
 def variant_backend(variant_dir: Path) -> str:
     return json.loads((variant_dir / "metadata.json").read_text())["backend"]["type"]
 

@@ -11,19 +11,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, kernel_matrix
+from conftest import COMMUNITY, REPO, img2gray_copies, kernel_matrix, needs_corpus
 
 import kernel_matrix as package
 
-CORPUS = REPO.parent / "shared" / "corpus"
-RELU = CORPUS / "kernels-community" / "relu"
-EINOPS = CORPUS / "kernels-community" / "einops"
+RELU = COMMUNITY / "relu"
+EINOPS = COMMUNITY / "einops"
 DEFAULT = REPO / "kernel_matrix" / "data" / "default_matrix.yaml"
 RELEASE = yaml.safe_load((REPO / "kernel_matrix" / "data" / "release.yaml").read_text())
 BIN = Path(sys.executable).parent
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
-
-needs_corpus = pytest.mark.skipif(not RELU.is_dir(), reason="no ../shared/corpus beside the project")
 
 
 @pytest.fixture
@@ -119,6 +116,7 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu):
     result = init(cwd=relu)
     assert result.returncode == 0, result.stderr
     assert "wrote build_matrix.yaml" in result.stdout and "HF_TOKEN" in result.stdout and "hub" in result.stdout
+    assert "note:" not in result.stderr  # its full profile runs as written
     matrix = yaml.safe_load((relu / "build_matrix.yaml").read_text())
     default = yaml.safe_load(DEFAULT.read_text())
     assert matrix["kernel"] == "." and matrix["torch"] == default["torch"] and matrix["archs"] == default["archs"]
@@ -170,6 +168,19 @@ def test_init_lists_the_kernel_folders_of_a_repository(tmp_path):
     assert yaml.safe_load((repo / "build_matrix.yaml").read_text())["kernels"] == ["einops", "relu"]
     assert {c.split("-")[0] for c in cells(cwd=repo)} >= {"torch"}  # einops' noarch cells
     assert any(c.endswith("-cpu-x86_64-linux") for c in cells("--kernel", "relu", cwd=repo))
+
+
+def test_init_of_a_repository_of_many_kernels_says_its_full_profile_is_over_the_github_limit(tmp_path):
+    """A repository of 56 kernels planned 835 cells for every push: init writes its files and
+    says so at once, instead of the first push failing at GitHub's matrix limit."""
+    from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT
+
+    names = img2gray_copies(tmp_path, GITHUB_MATRIX_LIMIT // len(cells(cwd=REPO)) + 1)
+    result = init(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == sorted(names)
+    (note,) = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert "full profile" in note and f"({len(names)} kernels)" in note and f"at most {GITHUB_MATRIX_LIMIT}" in note
 
 
 @needs_corpus

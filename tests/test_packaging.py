@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import COMMUNITY, REPO, needs_corpus
 
 import kernel_matrix
 
@@ -50,7 +50,7 @@ def test_the_package_ships_every_file_it_reads(tmp_path):
 
 # --- installed from the wheel, used from a kernel's own repository -------------------------------------------------
 
-RELU = REPO.parent / "shared" / "corpus" / "kernels-community" / "relu"
+RELU = COMMUNITY / "relu"
 SECTION = "Use it in your kernel's repository"
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "a",
@@ -98,7 +98,7 @@ def sh(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
     return result
 
 
-@pytest.mark.skipif(not RELU.is_dir(), reason="no ../shared/corpus beside the project")
+@needs_corpus
 def test_the_readme_commands_for_your_kernels_repository_from_the_wheel(venv, tmp_path):
     """README's three lines, verbatim, in a git repository holding relu as published
     (with a remote to push to); then the installed kernel-matrix, from that folder,

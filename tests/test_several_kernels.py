@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KERNEL_DIR, REPO, kernel_matrix, matrix_text
+from conftest import KERNEL_DIR, REPO, img2gray_copies, kernel_matrix, matrix_text
 from hubserver import HubServer
 from kernels.variants import parse_variant
 
@@ -200,16 +200,7 @@ def test_a_selection_of_many_kernels_over_the_github_limit_is_one_line_with_the_
 
     per_kernel = len(Selection(REPO / "build_matrix.yaml").resolve().cells)
     count = GITHUB_MATRIX_LIMIT // per_kernel + 1
-    names = []
-    for i in range(count):
-        name = f"gray{i}"
-        folder = tmp_path / name
-        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
-        toml = folder / "build.toml"
-        toml.write_text(toml.read_text().replace('name = "img2gray"', f'name = "{name}"'))
-        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name)
-        names.append(name)
-    file = str(write_matrix(tmp_path, names))
+    file = str(write_matrix(tmp_path, img2gray_copies(tmp_path, count)))
     result = kernel_matrix("matrix", "--json", "-f", file)
     assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
     total = per_kernel * count

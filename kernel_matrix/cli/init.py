@@ -24,9 +24,10 @@ import typer
 import yaml
 from packaging.version import Version
 
-from kernel_matrix.cli.console import stdout, styled
+from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.planning.selection import Selection
 
 MATRIX = Path("build_matrix.yaml")
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
@@ -97,6 +98,12 @@ def init(
         except OSError as exc:
             raise ConfigError(f"{target}: cannot be written ({exc.strerror or exc})") from None
         stdout.print(styled(("wrote", "green"), f" {target}"))
+    # Pushes and tags run the full profile: a selection that cannot run (more cells than a
+    # GitHub Actions matrix takes, for a repository of many kernels) is said now, not at the push.
+    try:
+        Selection(targets[0], profile="full").resolve()
+    except ConfigError as exc:
+        console.print(f"note: pushes and tags run the full profile, which cannot run as written: {exc}", soft_wrap=True)
     _next_steps(directory, repository, ref, [name for name, _ in kernels])
 
 
