@@ -67,18 +67,24 @@ def kernel_matrix(*args: str, cwd: Path = REPO, check: bool = False, **kwargs) -
     return result
 
 
+def img2gray_as(root: Path, name: str, *edit: str) -> Path:
+    """A copy of img2gray under root named `name` (its build.toml and package), its build.toml
+    also given `edit` (old, new) where one is asked for; its folder."""
+    folder = root / name
+    shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
+    toml = folder / "build.toml"
+    text = toml.read_text().replace('name = "img2gray"', f'name = "{name}"')
+    if edit:
+        assert edit[0] in text
+        text = text.replace(*edit)
+    toml.write_text(text)
+    (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name.replace("-", "_"))
+    return folder
+
+
 def img2gray_copies(root: Path, count: int) -> list[str]:
     """count copies of img2gray under root, named gray0, gray1, ...: a repository of many kernels."""
-    names = []
-    for i in range(count):
-        name = f"gray{i}"
-        folder = root / name
-        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
-        toml = folder / "build.toml"
-        toml.write_text(toml.read_text().replace('name = "img2gray"', f'name = "{name}"'))
-        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name)
-        names.append(name)
-    return names
+    return [img2gray_as(root, f"gray{i}").name for i in range(count)]
 
 
 def variant_backend(variant_dir: Path) -> str:

@@ -55,26 +55,30 @@ def with_two_sections(kernel: Path, backend: str) -> Path:
     return kernel
 
 
+def cu130_toolchain():
+    """A CUDA 13.0 toolchain as a value (planning probes nothing)."""
+    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
+
+    torch = TorchInstall("python3", Path("/opt/km/torch"), "2.11.0+cu130", "13.0", Path("/usr/include/py"))
+    nvcc = Nvcc(Path("/opt/cuda/bin/nvcc"), "13.0", Path("/opt/cuda"))
+    return Toolchain(torch=torch, nvcc=nvcc, cxx="g++", arch="x86_64")
+
+
 def test_a_source_in_two_cuda_sections_is_one_compile_with_both_sections_flags(kernel_copy):
     """Planned without a process: one step for the shared file, the sections' flags in
     build.toml's order, their capabilities and include dirs together."""
     from kernel_matrix.building import native_build
     from kernel_matrix.config.buildtoml import load_build_toml
-    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
 
     kernel = with_two_sections(kernel_copy, "cuda")
-    torch = TorchInstall("python3", Path("/opt/km/torch"), "2.11.0+cu130", "13.0", Path("/usr/include/py"))
-    toolchain = Toolchain(
-        torch=torch, nvcc=Nvcc(Path("/opt/cuda/bin/nvcc"), "13.0", Path("/opt/cuda")), cxx="g++", arch="x86_64"
-    )
-    plan = native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda")
+    plan = native_build.plan(kernel, load_build_toml(kernel), cu130_toolchain(), backend="cuda")
 
     sources = native_build.section_sources(plan, dependencies={})
     shared = sources["csrc/shared.cu"]
     assert shared.section == "first"
     assert shared.cuda_flags == ["-DFROM_FIRST", "-DFROM_SECOND"]
     assert shared.capabilities == ["9.0a", "10.0f"]
-    assert shared.includes == [kernel / "csrc" / "first", kernel / "csrc" / "second"]
+    assert shared.section_includes == [kernel / "csrc" / "first", kernel / "csrc" / "second"]
     # img2gray's own files, listed by one section each, are untouched by the merge.
     assert sources["csrc/img2gray_cuda.cu"].cuda_flags == []
 
@@ -104,12 +108,9 @@ def test_a_narrowed_build_keeps_a_section_it_would_empty_at_the_sections_own_cap
     from kernel_matrix.building import native_build
     from kernel_matrix.config.buildtoml import load_build_toml
     from kernel_matrix.errors import ConfigError
-    from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
 
     kernel = with_two_sections(kernel_copy, "cuda")
-    torch = TorchInstall("python3", Path("/opt/km/torch"), "2.11.0+cu130", "13.0", Path("/usr/include/py"))
-    nvcc = Nvcc(Path("/opt/cuda/bin/nvcc"), "13.0", Path("/opt/cuda"))
-    toolchain = Toolchain(torch=torch, nvcc=nvcc, cxx="g++", arch="x86_64")
+    toolchain = cu130_toolchain()
     plan = native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda", cuda_capabilities=["9.0"])
     assert plan.section_capabilities["first"] == ["9.0a"]
     assert plan.section_capabilities["second"] == ["10.0f"]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KERNEL_DIR, REPO, img2gray_copies, kernel_matrix, matrix_text
+from conftest import KERNEL_DIR, REPO, img2gray_as, img2gray_copies, kernel_matrix, matrix_text
 from hubserver import HubServer
 from kernels.variants import parse_variant
 
@@ -39,17 +39,8 @@ def test_double():
 
 def make_kernels(root):
     """Beside img2gray: a CPU-only copy, a stable-ABI copy (cells only: not compiled here) and a Python-only kernel."""
-    for name, edit in (
-        ("gray-cpu", ('backends = ["cpu", "cuda"]', 'backends = ["cpu"]')),
-        ("gray-stable", ("[torch]\n", '[torch]\nstable-abi = "2.12"\n')),
-    ):
-        folder = root / name
-        shutil.copytree(KERNEL_DIR, folder, ignore=shutil.ignore_patterns("benchmarks", "tests", "__pycache__"))
-        toml = folder / "build.toml"
-        text = toml.read_text().replace('name = "img2gray"', f'name = "{name}"').replace(*edit)
-        assert edit[1] in text
-        toml.write_text(text)
-        (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name.replace("-", "_"))
+    img2gray_as(root, "gray-cpu", 'backends = ["cpu", "cuda"]', 'backends = ["cpu"]')
+    img2gray_as(root, "gray-stable", "[torch]\n", '[torch]\nstable-abi = "2.12"\n')
     package = root / "pure" / "torch-ext" / "pure"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("def double(x):\n    return x * 2\n")

@@ -43,13 +43,16 @@ from kernel_matrix.building.variant_dir import (
 )
 from kernel_matrix.config.buildtoml import (
     BUILDABLE_BACKENDS,
+    BackendDepends,
     BuildConfig,
     CpuKernel,
+    CudaGeneral,
     CudaKernel,
     Dependency,
     MetalKernel,
     RocmKernel,
     Torch,
+    TpuGeneral,
     XpuKernel,
     load_build_toml,
 )
@@ -292,7 +295,7 @@ class SectionSource:
 
     section: str  # the first section listing it (its object's folder)
     section_includes: list[Path]  # the sections' own include dirs
-    includes: list[Path]  # ...and their dependencies' headers
+    dependency_includes: list[Path]  # their dependencies' headers
     cxx_flags: list[str]
     cuda_flags: list[str]
     capabilities: list[str]
@@ -311,16 +314,14 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
     kernel_dir = plan.kernel_dir
     merged: dict[str, SectionSource] = {}
     for name, kernel in plan.sections().items():
-        own = [kernel_dir / d for d in kernel.include]
-        deps = [dependencies[d].include for d in kernel.depends if d != "torch"]
         cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
         if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
             # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
             cuda_flags = [f for f in cuda_flags if not _TEMPLATE_STUB_FLAG.fullmatch(f)]
         use = SectionSource(
             section=name,
-            section_includes=own,
-            includes=[*own, *deps],
+            section_includes=[kernel_dir / d for d in kernel.include],
+            dependency_includes=[dependencies[d].include for d in kernel.depends if d != "torch"],
             cxx_flags=list(kernel.cxx_flags),
             cuda_flags=cuda_flags,
             capabilities=plan.section_capabilities.get(name, []),
@@ -334,7 +335,7 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
             merged[src] = replace(
                 first,
                 section_includes=list(dict.fromkeys([*first.section_includes, *use.section_includes])),
-                includes=list(dict.fromkeys([*first.includes, *use.includes])),
+                dependency_includes=list(dict.fromkeys([*first.dependency_includes, *use.dependency_includes])),
                 cxx_flags=[*first.cxx_flags, *use.cxx_flags],
                 cuda_flags=[*first.cuda_flags, *use.cuda_flags],
                 capabilities=sorted({*first.capabilities, *use.capabilities}, key=capability_order),
@@ -445,7 +446,7 @@ def build_steps(
         step = compile_step(
             source,
             output,
-            [*use.includes, *torch_includes],
+            [*use.section_includes, *use.dependency_includes, *torch_includes],
             use.cxx_flags,
             use.cuda_flags,
             use.capabilities,
@@ -639,21 +640,24 @@ def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:
     path.write_text(json.dumps(stats) + "\n")
 
 
+def _backend_general(config: BuildConfig, backend: str) -> CudaGeneral | BackendDepends | TpuGeneral | None:
+    """The backend's [general.<backend>] table, where build.toml has one."""
+    general = config.general
+    return {"cuda": general.cuda, "xpu": general.xpu, "tpu": general.tpu, "neuron": general.neuron}.get(backend)
+
+
 def python_depends(config: BuildConfig, backend: str) -> list[str]:
     """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order)."""
-    general = config.general
-    backend_table = {"cuda": general.cuda, "xpu": general.xpu, "tpu": general.tpu, "neuron": general.neuron}.get(
-        backend
-    )
-    return [*(general.python_depends or []), *((backend_table.python_depends if backend_table else None) or [])]
+    table = _backend_general(config, backend)
+    return [*(config.general.python_depends or []), *((table.python_depends if table else None) or [])]
 
 
 def kernel_depends(config: BuildConfig, backend: str) -> list[dict[str, Any]]:
     """metadata.json's kernel-depends: the kernel's, then its backend's, each as
     kernel-builder writes it ({"repo-id", "version"} or {"repo-id", "revision"})."""
-    general = config.general
-    backend_table = {"cuda": general.cuda, "xpu": general.xpu, "neuron": general.neuron}.get(backend)
-    depends = [*(general.kernel_depends or []), *((backend_table.kernel_depends if backend_table else None) or [])]
+    table = _backend_general(config, backend)
+    own = table.kernel_depends if isinstance(table, BackendDepends) else None  # [general.tpu] has none
+    depends = [*(config.general.kernel_depends or []), *(own or [])]
     return [d.model_dump(mode="json", by_alias=True, exclude_none=True) for d in depends]
 
 
