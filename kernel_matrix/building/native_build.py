@@ -58,7 +58,13 @@ from kernel_matrix.config.buildtoml import (
 )
 from kernel_matrix.errors import BuildError, ConfigError, ToolchainError
 from kernel_matrix.layout import BuildDir
-from kernel_matrix.planning.capabilities import capability_order, gencode_flags, select_capabilities, stable_abi_define
+from kernel_matrix.planning.capabilities import (
+    capability_order,
+    gencode_flags,
+    section_capabilities,
+    stable_abi_define,
+    variant_archs,
+)
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
 from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
 from kernel_matrix.planning.torch_cuda import cuda_mismatch
@@ -250,31 +256,12 @@ def plan(
         torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=toolchain.arch, stable_abi=stable or None
     )
     sections: dict[str, list[str]] = {}
+    capabilities: list[str] = []
     if backend == "cuda":
-        assert nvcc is not None
-        for name, kernel in config.kernels_for("cuda").items():
-            assert isinstance(kernel, CudaKernel)
-            if kernel.cuda_minver and Version(nvcc.version) < Version(kernel.cuda_minver):
-                continue  # as kernel-builder: the section needs a newer CUDA
-            # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
-            chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version, cuda_capabilities)
-            if not chosen and cuda_capabilities and kernel.cuda_capabilities:
-                # A narrowed build (--cuda-capabilities 9.0, a matrix row) that leaves a section with
-                # its own list nothing: that section is built for its own list, as kernel-builder
-                # always builds such a section (kernel.cmake intersects it with the CUDA version's
-                # full list; the local narrowing replaces only the default list of sections with
-                # none). Leaving it out would leave the binding's calls into it unresolved.
-                chosen = select_capabilities(kernel.cuda_capabilities, nvcc.version)
-            if not chosen:
-                raise ConfigError(
-                    f"{kernel_dir / 'build.toml'}: [kernel.{name}]: none of cuda-capabilities "
-                    f"{kernel.cuda_capabilities} can be built with CUDA {cuda}"
-                )
-            sections[name] = chosen
-    capabilities = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
-    if backend == "cuda" and not capabilities:  # no CUDA section: the binding alone, for the defaults
         assert nvcc is not None  # a CUDA build without one was refused above
-        capabilities = select_capabilities(None, nvcc.version, cuda_capabilities)
+        # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
+        sections = section_capabilities(config, nvcc.version, cuda_capabilities, build_toml=kernel_dir / "build.toml")
+        capabilities = variant_archs(sections, nvcc.version, cuda_capabilities)
     return BuildPlan(
         config=config,
         kernel_dir=kernel_dir,

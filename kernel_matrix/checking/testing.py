@@ -11,12 +11,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel_matrix.building.variant_dir import render_template
 from kernel_matrix.errors import ConfigError, TestFailure
 from kernel_matrix.layout import METADATA, is_built
+from kernel_matrix.planning.capabilities import runs_on
 
 if TYPE_CHECKING:
     from kernel_matrix.config.buildtoml import BuildConfig
@@ -50,6 +52,14 @@ def run_installed_tests(
     _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What `kernel-matrix test` says of a variant it did not fail: what ran, or why nothing could."""
+
+    text: str
+    skipped: bool = False
+
+
 def run_kernel_tests(
     variant_dir: Path,
     kernel_dir: Path,
@@ -57,19 +67,21 @@ def run_kernel_tests(
     python: str | None = None,
     pytest_args: Sequence[str] = (),
     local_kernels: Mapping[str, Path] | None = None,
-) -> str:
+) -> Outcome:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
     their `kernels.get_kernel("<repo-id>", version=N)` load this build (and
     local_kernels, {repo-id: variant}, the matrix's other kernels built for it),
     and `import <name>` (submodules too) is the variant package itself. Where
     the kernel marks CI tests (`kernels_ci`), only those run. None collected is
-    a pass, as upstream's CI takes it. Returns what ran; raises TestFailure if it failed."""
+    a pass, as upstream's CI takes it. A CUDA variant with no code for the GPU the tests
+    would run on (the loader refuses it there) is skipped, saying so. Returns what ran;
+    raises TestFailure if it failed."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
     tests = kernel_dir / "tests"
     if not tests.is_dir():
-        return f"{kernel_dir.name} has no tests/: nothing to run"
+        return Outcome(f"{kernel_dir.name} has no tests/: nothing to run")
     config = load_build_toml(kernel_dir)
     repo_id = hub_repo_id(config)
     marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
@@ -82,6 +94,8 @@ def run_kernel_tests(
             f"{variant_dir / METADATA}: id {json.dumps(module)[:80]} is not a Python module name: "
             "not a variant kernel-matrix built"
         )
+    if refusal := gpu_refusal(metadata, python):
+        return Outcome(refusal, skipped=True)
     env = {
         VARIANT_ENV: str(variant_dir),
         "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
@@ -121,8 +135,46 @@ def run_kernel_tests(
         )
     if code == NO_TESTS_COLLECTED:
         marker = " marked kernels_ci" if marked else ""
-        return f"0 tests of {config.general.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
-    return f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}"
+        return Outcome(
+            f"0 tests of {config.general.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
+        )
+    return Outcome(f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}")
+
+
+# Runs in the tests' interpreter: the capability of the GPU its torch would use, or null
+# (a CPU build of torch, no GPU, or GPUs hidden with CUDA_VISIBLE_DEVICES=).
+_GPU_PROBE = """
+import json, torch
+gpu = torch.version.cuda is not None and torch.cuda.is_available()
+print(json.dumps(list(torch.cuda.get_device_capability()) if gpu else None))
+"""
+
+
+def gpu_refusal(metadata: object, python: str | None) -> str | None:
+    """Why the `kernels` loader would refuse this CUDA variant on the GPU the tests run
+    on (kernels' check_arch: none of its archs runs there), or None. A GPU runner whose
+    GPU the variant was not built for (a Blackwell-only kernel on an H200) has nothing
+    to test: the suite would fail at its first get_kernel."""
+    backend = metadata.get("backend") if isinstance(metadata, dict) else None
+    archs = backend.get("archs") if isinstance(backend, dict) and backend.get("type") == "cuda" else None
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        return None
+    try:
+        probe = subprocess.run(
+            [python or sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300, check=False
+        )
+        capability = json.loads(probe.stdout) if probe.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        capability = None  # the suite itself will say what is wrong with this interpreter
+    if not (isinstance(capability, list) and len(capability) == 2 and all(isinstance(c, int) for c in capability)):
+        return None
+    major, minor = capability
+    if runs_on(archs, (major, minor)):
+        return None
+    return (
+        f"this GPU (capability {major}.{minor}) runs none of the variant's archs ({', '.join(archs)}): "
+        "the kernels loader refuses it here; test it on a GPU it was built for"
+    )
 
 
 def hub_repo_id(config: BuildConfig) -> str:

@@ -81,14 +81,15 @@ def test(
         others = {
             hub_repo_id(k.config): BuildDir(build_dir, folder).path for k, folder in matrix if k.name != chosen.name
         }
-        ran = run_kernel_tests(
+        outcome = run_kernel_tests(
             variant_dir,
             chosen.dir,
             python=python,
             pytest_args=pytest_args or [],
             local_kernels=built_alongside(variant_dir.name, others),
         )
-        console.print(styled(("passed", "green"), f" {variant_dir.name}: {ran}"))
+        verdict = ("skipped", "yellow") if outcome.skipped else ("passed", "green")
+        console.print(styled(verdict, f" {variant_dir.name}: {outcome.text}"), soft_wrap=True)
 
     each_kernel(kernels, test_one)
 

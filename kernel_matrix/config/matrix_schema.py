@@ -48,6 +48,9 @@ RunnerLabels = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_le
 class ArchRunners(Section):
     build_runner: RunnerLabels
     gpu_test_runner: RunnerLabels
+    # The compute capability of the GPU test runners' GPUs ("9.0" for an H100/H200): a
+    # variant with no code for it (the loader refuses it there) gets no GPU test job.
+    gpu_test_capability: TargetCapability | None = None
 
 
 class TorchRelease(Section):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
 from kernel_matrix import data
+from kernel_matrix.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kernel_matrix.config.buildtoml import BuildConfig
 
 # The format is config.capability's; CAPABILITY is named here too for the callers
 # that check a list of targets (--cuda-capabilities, verify's metadata.json).
@@ -59,6 +64,77 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
             chosen.discard(str(_base(capability)))
             chosen.add(capability)
     return sorted((c + PTX_SUFFIX if c in with_ptx else c for c in chosen), key=capability_order)
+
+
+class EmptySection(ConfigError):
+    """A [kernel.*] section none of whose cuda-capabilities this CUDA version builds."""
+
+
+def section_capabilities(
+    config: BuildConfig, cuda_version: str, narrowed: list[str] | None, *, build_toml: Path
+) -> dict[str, list[str]]:
+    """Each CUDA [kernel.*] section's capabilities when built with CUDA cuda_version
+    (the nvcc's: what it can compile decides), narrowed (--cuda-capabilities, a matrix
+    row) or not. A section whose cuda-minver is above that CUDA is left out, as
+    kernel-builder leaves it. Raises EmptySection, naming build_toml."""
+    from kernel_matrix.config.buildtoml import CudaKernel
+
+    sections: dict[str, list[str]] = {}
+    for name, kernel in config.kernels_for("cuda").items():
+        assert isinstance(kernel, CudaKernel)
+        if kernel.cuda_minver and Version(cuda_version) < Version(kernel.cuda_minver):
+            continue  # as kernel-builder: the section needs a newer CUDA
+        chosen = select_capabilities(kernel.cuda_capabilities, cuda_version, narrowed)
+        if not chosen and narrowed and kernel.cuda_capabilities:
+            # A narrowed build (--cuda-capabilities 9.0, a matrix row) that leaves a section with
+            # its own list nothing: that section is built for its own list, as kernel-builder
+            # always builds such a section (kernel.cmake intersects it with the CUDA version's
+            # full list; the local narrowing replaces only the default list of sections with
+            # none). Leaving it out would leave the binding's calls into it unresolved.
+            chosen = select_capabilities(kernel.cuda_capabilities, cuda_version)
+        if not chosen:
+            raise EmptySection(
+                f"{build_toml}: [kernel.{name}]: none of cuda-capabilities "
+                f"{kernel.cuda_capabilities} can be built with CUDA {cuda_version}"
+            )
+        sections[name] = chosen
+    return sections
+
+
+def variant_archs(sections: dict[str, list[str]], cuda_version: str, narrowed: list[str] | None) -> list[str]:
+    """What a CUDA variant is compiled for, metadata.json's backend.archs: its sections'
+    capabilities together; with no CUDA section, the binding alone, for the defaults."""
+    archs = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
+    return archs or select_capabilities(None, cuda_version, narrowed)
+
+
+def runs_on(archs: list[str], capability: tuple[int, int]) -> bool:
+    """Whether the `kernels` loader lets a variant of these archs load on a GPU of this
+    capability ((9, 0)): its check_arch rule (kernels/archs.py, `_cuda_arch_supports`),
+    which tests/test_capabilities.py compares with the installed loader's.
+    "9.0a" runs on 9.0 only; "10.0f" on 10.x from 10.0; "8.0+PTX" on 8.0 and anything
+    newer (its PTX is JIT-compiled); plain "8.0" on 8.x from 8.0. No archs, or none in a
+    format the loader knows: it does not refuse."""
+    known = [parsed for parsed in map(_parsed, archs) if parsed is not None]
+    return not known or any(_supports(parsed, capability) for parsed in known)
+
+
+def _supports(parsed: tuple[tuple[int, int], str, bool], capability: tuple[int, int]) -> bool:
+    (major, minor), suffix, ptx = parsed
+    if suffix == "a":
+        return capability == (major, minor)
+    if suffix == "f" or not ptx:
+        return capability[0] == major and capability[1] >= minor
+    return capability >= (major, minor)
+
+
+def _parsed(arch: str) -> tuple[tuple[int, int], str, bool] | None:
+    """((major, minor), "a"/"f"/"", +PTX) of a metadata arch, or None when not one."""
+    plain = strip_ptx(arch)
+    if not CAPABILITY.match(plain):
+        return None
+    major, minor = plain.rstrip("af").split(".")
+    return (int(major), int(minor)), plain[-1] if plain[-1] in "af" else "", arch.endswith(PTX_SUFFIX)
 
 
 def strip_ptx(capability: str) -> str:

@@ -31,7 +31,7 @@ from kernel_matrix.config.matrix_schema import (
 )
 from kernel_matrix.config.yamlsource import Located, YamlProblems, load_located
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.planning.capabilities import default_capabilities
+from kernel_matrix.planning.capabilities import default_capabilities, runs_on
 from kernel_matrix.planning.variants import Variant, cuda_tag
 
 # GitHub Actions refuses a job matrix with more cells than this.
@@ -55,8 +55,23 @@ class Cell:
     torch_index: str  # "pypi", or the URL of a wheel index
     build_runner: tuple[str, ...]
     test_runner: tuple[str, ...]
-    capabilities: tuple[str, ...]
+    capabilities: tuple[str, ...]  # the CUDA version's targets (the build's --cuda-capabilities)
     kernel: str | None = None  # the kernel's name ([general] name); None in the bare torch x CUDA grid
+    # What the kernel's variant is compiled for (metadata.json's backend.archs), for a kernel's
+    # compiled CUDA cell; () otherwise.
+    archs: tuple[str, ...] = ()
+    gpu_test_capability: str | None = None  # archs.<arch>.gpu-test-capability
+
+    @property
+    def gpu_testable(self) -> bool:
+        """A CUDA cell, unless the GPU runners' declared capability runs none of its
+        archs: the loader would refuse the variant there (kernels' check_arch)."""
+        if self.variant.backend != "cuda":
+            return False
+        if self.gpu_test_capability is None or not self.archs:
+            return True
+        major, minor = self.gpu_test_capability.split(".")
+        return runs_on(list(self.archs), (int(major), int(minor)))
 
     @property
     def name(self) -> str:
@@ -75,6 +90,7 @@ class Cell:
             "torch_index": self.torch_index,
             "torch_spec": f"torch=={v.torch}.*",
             "capabilities": list(self.capabilities),
+            "archs": list(self.archs),
             "build_runner": list(self.build_runner),
             "test_runner": list(self.test_runner),
             "noarch": v.noarch,
@@ -82,7 +98,7 @@ class Cell:
             # Runners exist for the backends kernel-matrix builds; a noarch variant of another
             # backend is built, not tested.
             "cpu_test": v.backend in BUILDABLE_BACKENDS,
-            "gpu_test": v.backend == "cuda",
+            "gpu_test": self.gpu_testable,
             "artifact": f"variant-{self.kernel}-{v.name}" if self.kernel else f"variant-{v.name}",
         }
 
@@ -244,6 +260,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
             build_runner=tuple(runners.build_runner),
             test_runner=tuple(runners.gpu_test_runner if cuda else runners.build_runner),
             capabilities=capabilities,
+            gpu_test_capability=runners.gpu_test_capability if cuda else None,
         )
 
     for torch, cuda in pairs:
@@ -513,5 +530,6 @@ def github_matrix(cells: list[Cell]) -> dict[str, Any]:
 
 
 def gpu_test_cells(cells: list[Cell], event: GithubEvent) -> list[Cell]:
-    """The cells the self-hosted GPU runners test: CUDA ones, and none for a fork's code."""
-    return [] if event.from_fork else [cell for cell in cells if cell.variant.backend == "cuda"]
+    """The cells the self-hosted GPU runners test: CUDA ones whose variant runs on their
+    GPU (Cell.gpu_testable), and none for a fork's code."""
+    return [] if event.from_fork else [cell for cell in cells if cell.gpu_testable]

@@ -32,6 +32,7 @@ from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.layout import BuildDir
+from kernel_matrix.planning.capabilities import EmptySection, section_capabilities, variant_archs
 from kernel_matrix.planning.matrix import (
     GITHUB_MATRIX_LIMIT,
     Cell,
@@ -92,15 +93,30 @@ def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
         if config.refuses(v.backend, v.torch, v.cuda) is not None:
             continue
         stable = config.torch.stable_abi_for(v.backend) if config.torch else None
+        mine = dataclasses.replace(cell, kernel=kernel.name, archs=_archs(kernel, cell))
         if stable is None:
-            cells[v.name] = dataclasses.replace(cell, kernel=kernel.name)
+            cells[v.name] = mine
         elif Version(v.torch) >= Version(str(stable)):
             # One variant per CUDA version and arch: the grid is in torch order, so the
             # newest torch's cell replaces (and moves behind) the older ones.
             variant = dataclasses.replace(v, stable_abi=str(stable))
             cells.pop(variant.name, None)
-            cells[variant.name] = dataclasses.replace(cell, variant=variant, kernel=kernel.name)
+            cells[variant.name] = dataclasses.replace(mine, variant=variant)
     return list(cells.values())
+
+
+def _archs(kernel: Kernel, cell: Cell) -> tuple[str, ...]:
+    """What the kernel's variant of this cell is compiled for, as its build computes
+    it; () for a CPU cell, and for one whose build will refuse a section (it says so then)."""
+    cuda = cell.variant.cuda
+    if cuda is None:
+        return ()
+    narrowed = list(cell.capabilities)
+    try:
+        sections = section_capabilities(kernel.config, cuda, narrowed, build_toml=kernel.dir / "build.toml")
+    except EmptySection:
+        return ()
+    return tuple(variant_archs(sections, cuda, narrowed))
 
 
 def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:

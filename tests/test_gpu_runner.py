@@ -1,0 +1,160 @@
+"""A CUDA variant is GPU-tested only where it has code for the GPU: the planner gives each
+kernel's CUDA cell the archs its build will declare (metadata.json's backend.archs), drops
+the GPU test job of a cell whose archs the GPU runners' declared capability cannot run, and
+`kernel-matrix test` skips, in one line, a variant the `kernels` loader would refuse on the
+GPU it runs on (kernels' check_arch), instead of failing at the suite's first get_kernel."""
+
+import itertools
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import KERNEL_DIR, img2gray_as, kernel_matrix
+from test_sections import cu130_toolchain
+
+from kernel_matrix.planning.capabilities import runs_on
+
+ARCHS = ["7.5", "8.0", "8.6", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "12.0", "12.0f", "12.1"]
+ARCHS += [f"{arch}+PTX" for arch in ("8.0", "9.0a", "10.0f", "12.1")] + ["sm_90", "9", ""]
+CAPABILITIES = [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1), (13, 0)]
+
+
+def test_runs_on_is_the_installed_loaders_check_arch_rule():
+    """Every arch kernel-builder writes (plain, a, f, +PTX, and strings the loader does not
+    know), alone and in pairs, on every capability: the same answer as the loader's."""
+    from kernels.archs import _supports_cuda_capability
+
+    lists = [[a] for a in ARCHS] + [list(pair) for pair in itertools.combinations(ARCHS, 2)] + [[]]
+    for archs, capability in itertools.product(lists, CAPABILITIES):
+        assert runs_on(archs, capability) == _supports_cuda_capability(archs, capability), (archs, capability)
+
+
+def blackwell_only(root: Path) -> Path:
+    """A copy of img2gray whose CUDA section is for sm_100a and sm_120a only."""
+    return img2gray_as(
+        root,
+        "gray-blackwell",
+        'cuda-capabilities = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]',
+        'cuda-capabilities = ["10.0a", "12.0a"]',
+    )
+
+
+def matrix_for(root: Path, kernel: Path, capability: str | None) -> Path:
+    """The repository's matrix for `kernel`, its x86_64 GPU runners declared of `capability`."""
+    text = (KERNEL_DIR.parent / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {kernel}")
+    text = text.replace("gpu-test-capability:", "# gpu-test-capability:")  # the repository's own, if any
+    if capability:
+        marker = "    gpu-test-runner: [self-hosted, linux, x64, gpu]\n"
+        assert marker in text
+        text = text.replace(marker, f'{marker}    gpu-test-capability: "{capability}"\n')
+    path = root / "build_matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def plan(matrix: Path, tmp_path: Path) -> tuple[list[dict], dict]:
+    """`matrix --json --github-output`: the cells, and the GPU job's cells by variant."""
+    output = tmp_path / "github_output"
+    output.write_text("")
+    result = kernel_matrix(
+        "matrix", "--file", str(matrix), "--json", "--github-output", env={**os.environ, "GITHUB_OUTPUT": str(output)}
+    )
+    assert result.returncode == 0, result.stderr
+    cells = json.loads(result.stdout)["include"]
+    gpu_text = output.read_text().split("gpu_cells=", 1)[1].strip()
+    gpu = {c["variant"]: c for c in json.loads(gpu_text)["include"]} if gpu_text else {}
+    return cells, gpu
+
+
+def test_a_cells_archs_are_what_its_build_declares(tmp_path):
+    """The cu130 x86_64 cell's archs are the capabilities the build of that cell plans
+    (planned as values: the cell's list is the build's --cuda-capabilities)."""
+    from kernel_matrix.building import native_build
+    from kernel_matrix.config.buildtoml import load_build_toml
+
+    for kernel in (KERNEL_DIR, blackwell_only(tmp_path)):
+        cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+        cell = next(c for c in cells if c["variant"] == "torch211-cxx11-cu130-x86_64-linux")
+        build = native_build.plan(
+            kernel, load_build_toml(kernel), cu130_toolchain(), backend="cuda", cuda_capabilities=cell["capabilities"]
+        )
+        assert cell["archs"] == build.capabilities
+        assert all(c["archs"] == [] for c in cells if c["backend"] == "cpu")
+    assert cell["archs"] == ["10.0a", "12.0a"]
+
+
+def test_gpu_runners_of_a_declared_capability_get_only_the_cells_they_can_run(tmp_path):
+    kernel = blackwell_only(tmp_path)
+    cells, gpu = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    cuda = {c["variant"] for c in cells if c["backend"] == "cuda"}
+    assert cuda and set(gpu) == cuda  # no capability declared: every CUDA cell, as before
+
+    # x86_64's GPU runners are declared; aarch64's are not, and keep every CUDA cell. So do
+    # cells whose build will refuse the section (CUDA 12.6 builds no 10.0a): they have no archs.
+    def kept(cells, runs):
+        return {c["variant"] for c in cells if c["backend"] == "cuda" and (c["arch"] == "aarch64" or runs(c))}
+
+    cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
+    assert set(gpu) == kept(cells, lambda c: not c["archs"])  # sm_100a/sm_120a code cannot run on sm_90
+    assert any(c["archs"] and c["arch"] == "x86_64" for c in cells)
+    cells, gpu = plan(matrix_for(tmp_path, kernel, "10.0"), tmp_path)
+    assert set(gpu) == kept(cells, lambda c: True)  # the CUDA versions that build it build 10.0a
+    assert all(c["gpu_test"] == (c["variant"] in gpu) for c in cells)
+
+    cells, gpu = plan(matrix_for(tmp_path, KERNEL_DIR, "9.0"), tmp_path)
+    assert set(gpu) == {c["variant"] for c in cells if c["backend"] == "cuda"}  # img2gray builds 9.0 everywhere
+
+
+def test_a_capability_that_is_not_one_is_refused_at_its_line(tmp_path):
+    matrix = matrix_for(tmp_path, KERNEL_DIR, "sm_90")
+    result = kernel_matrix("matrix", "--file", str(matrix))
+    assert result.returncode == 2
+    line = next(n for n, text in enumerate(matrix.read_text().splitlines(), 1) if "gpu-test-capability" in text)
+    assert result.stderr.count("\n") == 1 and f"{matrix}:{line}:" in result.stderr and "sm_90" in result.stderr
+
+
+def a_gpu_host(tmp_path: Path, capability: list[int] | None) -> Path:
+    """An interpreter for `kernel-matrix test --python` on a machine whose torch sees a GPU of
+    this capability (None: no GPU): it answers the GPU probe, and fails anything else (the
+    suite), with exit 3. This machine has no GPU; the H200 run does this for real."""
+    python = tmp_path / "gpu-python"
+    python.write_text(f"#!/bin/sh\n[ \"$1\" = -c ] && echo '{json.dumps(capability)}' && exit 0\nexit 3\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return python
+
+
+def a_cuda_variant(tmp_path: Path, archs: list[str]) -> Path:
+    """A variant folder whose metadata.json says CUDA, these archs (test only reads it)."""
+    variant = tmp_path / "build" / "torch211-cxx11-cu130-x86_64-linux"
+    variant.mkdir(parents=True)
+    metadata = {"id": "_img2gray_cuda_0", "name": "img2gray", "version": 1, "backend": {"type": "cuda", "archs": archs}}
+    (variant / "metadata.json").write_text(json.dumps(metadata))
+    return variant
+
+
+@pytest.mark.parametrize(
+    ("archs", "capability", "skipped"),
+    [
+        (["10.0a", "12.0a"], [9, 0], True),  # a Blackwell-only variant on an H200
+        (["8.0", "9.0"], [10, 0], True),  # sm_90 code does not run on sm_100
+        (["10.0a", "12.0a"], [10, 0], False),
+        (["8.0+PTX"], [10, 0], False),  # its PTX is JIT-compiled there
+        (["9.0"], None, False),  # no GPU (--cpu-only hides them): the suite's CPU cases run
+    ],
+)
+def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, capability, skipped):
+    variant = a_cuda_variant(tmp_path, archs)
+    python = a_gpu_host(tmp_path, capability)
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(KERNEL_DIR), "--python", str(python))
+    if skipped:
+        assert result.returncode == 0, result.stderr
+        major, minor = capability
+        assert result.stderr.strip() == (  # the console's lines go to stderr
+            f"skipped {variant.name}: this GPU (capability {major}.{minor}) runs none of the variant's archs "
+            f"({', '.join(archs)}): the kernels loader refuses it here; test it on a GPU it was built for"
+        )
+    else:  # the suite ran (and failed: the interpreter only answers the probe)
+        assert result.returncode == 6
+        assert "pytest exit 3" in result.stderr
