@@ -69,6 +69,10 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
 class EmptySection(ConfigError):
     """A [kernel.*] section none of whose cuda-capabilities this CUDA version builds."""
 
+    def __init__(self, build_toml: Path, problem: str) -> None:
+        super().__init__(f"{build_toml}: {problem}")
+        self.build_toml, self.problem = build_toml, problem
+
 
 def section_capabilities(
     config: BuildConfig, cuda_version: str, narrowed: list[str] | None, *, build_toml: Path
@@ -94,8 +98,9 @@ def section_capabilities(
             chosen = select_capabilities(kernel.cuda_capabilities, cuda_version)
         if not chosen:
             raise EmptySection(
-                f"{build_toml}: [kernel.{name}]: none of cuda-capabilities "
-                f"{kernel.cuda_capabilities} can be built with CUDA {cuda_version}"
+                build_toml,
+                f"[kernel.{name}]: none of cuda-capabilities {kernel.cuda_capabilities} can be built with "
+                f"CUDA {cuda_version}",
             )
         sections[name] = chosen
     return sections

@@ -61,6 +61,8 @@ class Cell:
     # compiled CUDA cell; () otherwise.
     archs: tuple[str, ...] = ()
     gpu_test_capability: str | None = None  # archs.<arch>.gpu-test-capability
+    # Why the kernel's build of this cell will refuse it ("<build.toml>: warning: ..."), as planned.
+    refusal: str | None = None
 
     @property
     def gpu_testable(self) -> bool:

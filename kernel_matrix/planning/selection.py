@@ -93,7 +93,8 @@ def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
         if config.refuses(v.backend, v.torch, v.cuda) is not None:
             continue
         stable = config.torch.stable_abi_for(v.backend) if config.torch else None
-        mine = dataclasses.replace(cell, kernel=kernel.name, archs=_archs(kernel, cell))
+        archs, refusal = _archs(kernel, cell)
+        mine = dataclasses.replace(cell, kernel=kernel.name, archs=archs, refusal=refusal)
         if stable is None:
             cells[v.name] = mine
         elif Version(v.torch) >= Version(str(stable)):
@@ -105,18 +106,19 @@ def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
     return list(cells.values())
 
 
-def _archs(kernel: Kernel, cell: Cell) -> tuple[str, ...]:
-    """What the kernel's variant of this cell is compiled for, as its build computes
-    it; () for a CPU cell, and for one whose build will refuse a section (it says so then)."""
+def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
+    """What the kernel's variant of this cell is compiled for, as its build computes it
+    (() for a CPU cell), or why that build will refuse it: a section none of whose
+    cuda-capabilities the cell's CUDA builds (kernel-builder's build fails there too)."""
     cuda = cell.variant.cuda
     if cuda is None:
-        return ()
+        return (), None
     narrowed = list(cell.capabilities)
     try:
         sections = section_capabilities(kernel.config, cuda, narrowed, build_toml=kernel.dir / "build.toml")
-    except EmptySection:
-        return ()
-    return tuple(variant_archs(sections, cuda, narrowed))
+    except EmptySection as refusal:
+        return (), f"{refusal.build_toml}: warning: {refusal.problem}"
+    return tuple(variant_archs(sections, cuda, narrowed)), None
 
 
 def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
@@ -281,6 +283,33 @@ class Resolved:
             if cells:
                 work.append(KernelCells(kernel, cells, build_dir))
         return work
+
+    @property
+    def refusals(self) -> list[str]:
+        """One line per kernel section that a CUDA version of the selection cannot build:
+        its cells are planned, as kernel-builder plans them, and their builds will fail
+        (`kernel-matrix matrix` says so before any job runs)."""
+        refused: dict[str, list[Cell]] = {}
+        for cell in self.cells:
+            if cell.refusal:
+                refused.setdefault(cell.refusal, []).append(cell)
+        lines = []
+        for refusal, cells in refused.items():
+            kernel = self.kernel(cells[0])
+            # The lowest CUDA version the kernel's other cells build: a minver that leaves these out.
+            refused_cuda = {Version(c.variant.cuda or "0") for c in cells}
+            built = [Version(c.variant.cuda or "0") for c in self.cells_of(kernel) if c.variant.cuda and not c.refusal]
+            above = [v for v in built if v > max(refused_cuda)]
+            advice = (
+                f'general.cuda.minver = "{min(above)}" leaves them out'
+                if above
+                else "no CUDA version of the selection builds it"
+            )
+            lines.append(
+                f"{refusal}: {len(cells)} cell(s) of {kernel.name} will fail to build "
+                f"({', '.join(c.name for c in cells[:3])}{', ...' if len(cells) > 3 else ''}); {advice}"
+            )
+        return lines
 
     def github_matrix(self, cells: list[Cell] | tuple[Cell, ...]) -> dict[str, Any]:
         """The GitHub Actions matrix; `path` is each variant's folder under build/."""

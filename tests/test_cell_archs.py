@@ -1,8 +1,10 @@
-"""A CUDA variant is GPU-tested only where it has code for the GPU: the planner gives each
-kernel's CUDA cell the archs its build will declare (metadata.json's backend.archs), drops
-the GPU test job of a cell whose archs the GPU runners' declared capability cannot run, and
-`kernel-matrix test` skips, in one line, a variant the `kernels` loader would refuse on the
-GPU it runs on (kernels' check_arch), instead of failing at the suite's first get_kernel."""
+"""Each kernel's CUDA cell is planned with the archs its build will declare (metadata.json's
+backend.archs), or with why that build will refuse it. From there: the GPU test job of a cell
+whose archs the GPU runners' declared capability cannot run is dropped; `kernel-matrix test`
+skips, in one line, a variant the `kernels` loader would refuse on the GPU it runs on (kernels'
+check_arch), instead of failing at the suite's first get_kernel; and `matrix` warns of the
+cells whose build will fail.
+"""
 
 import itertools
 import json
@@ -158,3 +160,25 @@ def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, ca
     else:  # the suite ran (and failed: the interpreter only answers the probe)
         assert result.returncode == 6
         assert "pytest exit 3" in result.stderr
+
+
+def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):
+    """kernel-builder plans every CUDA version within [general.cuda]'s range and its build
+    fails where a section is left no capability (CUDA 12.6 compiles no sm_100a): kernel-matrix
+    plans the same cells, and says before any job runs which will fail and what leaves them out."""
+    kernel = blackwell_only(tmp_path)
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "will fail to build" in line]
+    assert warnings == [
+        f"{kernel / 'build.toml'}: warning: [kernel.img2gray_cuda]: none of cuda-capabilities ['10.0a', '12.0a'] "
+        "can be built with CUDA 12.6: 8 cell(s) of gray-blackwell will fail to build (torch211-cxx11-cu126-aarch64-"
+        "linux, torch211-cxx11-cu126-x86_64-linux, torch212-cxx11-cu126-aarch64-linux, ...); general.cuda.minver = "
+        '"12.8" leaves them out'
+    ]
+    with (kernel / "build.toml").open("a") as toml:
+        toml.write('\n[general.cuda]\nminver = "12.8"\n')
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel), "--json")
+    assert result.returncode == 0 and "will fail to build" not in result.stderr
+    cells = json.loads(result.stdout)["include"]
+    assert not any(c["cuda"] == "12.6" for c in cells) and all(c["archs"] for c in cells if c["backend"] == "cuda")
