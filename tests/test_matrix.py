@@ -98,20 +98,26 @@ def test_bad_selections_are_one_clear_error(kwargs, message):
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
-def test_selections_over_the_github_limit_are_refused_with_the_count(tmp_path):
+def test_selections_over_the_github_limit_are_refused_as_a_github_matrix_only(tmp_path):
+    """GitHub runs at most 256 jobs of one matrix: `matrix --json` refuses more, with the
+    count; the table (and a build or publish of the selection) is not a GitHub matrix."""
     releases = "\n".join(f'  "2.{m}": {{ pypi: "13.0", cuda: ["12.6", "12.8", "13.0", "13.2"] }}' for m in range(40))
     torch = "\n".join(f'  "2.{m}": all' for m in range(40))
     path = tmp_path / "big.yaml"
     path.write_text(
-        f"torch:\n{torch}\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n"
+        f"kernel: {REPO / 'kernel'}\ntorch:\n{torch}\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n"
         f"  aarch64: {{build-runner: [a], gpu-test-runner: [b]}}\ntorch-releases:\n{releases}\n"
     )
-    matrix = load_matrix(path)
-    assert len(matrix.cells) == 40 * 5 * 2
-    with pytest.raises(
-        ConfigError, match=f"the selection has 400 cells; a GitHub Actions matrix takes at most {GITHUB_MATRIX_LIMIT}"
-    ):
-        select(matrix)
+    assert len(load_matrix(path).cells) == 40 * 5 * 2
+    result = kernel_matrix("matrix", "--file", str(path), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: {path}: the selection has 400 cells; a GitHub Actions matrix takes at most {GITHUB_MATRIX_LIMIT}: "
+        "narrow it with --profile, --only or --kernel\n"
+    )
+    table = kernel_matrix("matrix", "--file", str(path))
+    assert table.returncode == 0 and f"{path}: 400 cells (profile full)" in table.stdout.replace("\n", " ")
+    assert kernel_matrix("matrix", "--file", str(path), "--json", "--only", "torch=2.1").returncode == 0
 
 
 def test_cli_json_is_the_github_matrix():

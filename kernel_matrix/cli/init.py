@@ -101,7 +101,8 @@ def init(
     # Pushes and tags run the full profile: a selection that cannot run (more cells than a
     # GitHub Actions matrix takes, for a repository of many kernels) is said now, not at the push.
     try:
-        Selection(targets[0], profile="full").resolve()
+        resolved = Selection(targets[0], profile="full").resolve()
+        resolved.github_matrix(resolved.cells)
     except ConfigError as exc:
         console.print(f"note: pushes and tags run the full profile, which cannot run as written: {exc}", soft_wrap=True)
     _next_steps(directory, repository, ref, [name for name, _ in kernels])

@@ -443,11 +443,6 @@ def select(
             + (f", --variant {' '.join(names)}" if names else "")
             + ")"
         )
-    if len(cells) > GITHUB_MATRIX_LIMIT:
-        raise ConfigError(
-            f"the selection has {len(cells)} cells; a GitHub Actions matrix takes at most "
-            f"{GITHUB_MATRIX_LIMIT}: narrow it with --profile or --only"
-        )
     return cells
 
 

@@ -196,11 +196,6 @@ class Selection:
                 + (f", --variant {' '.join(self.variants)}" if self.variants else "")
                 + "; a kernel takes the cells of its build.toml's backends and torch/CUDA ranges)"
             )
-        if len(cells) > GITHUB_MATRIX_LIMIT:  # select() checked one kernel's grid; this is every kernel's
-            raise ConfigError(
-                f"{matrix.path}: the selection has {len(cells)} cells ({len(kernels)} kernels); a GitHub Actions "
-                f"matrix takes at most {GITHUB_MATRIX_LIMIT}: narrow it with --profile, --only or --kernel"
-            )
         # Several kernels get a build folder each; one kernel (or --kernel-dir) keeps build/<variant>.
         return Resolved(matrix, tuple(kernels), tuple(cells), several=len(named) > 1)
 
@@ -312,7 +307,15 @@ class Resolved:
         return lines
 
     def github_matrix(self, cells: list[Cell] | tuple[Cell, ...]) -> dict[str, Any]:
-        """The GitHub Actions matrix; `path` is each variant's folder under build/."""
+        """The GitHub Actions matrix; `path` is each variant's folder under build/. Refused
+        over GitHub's job limit: only a matrix job is limited (a table, a build or a
+        publish of as many cells is not), and every kernel's cells count."""
+        if len(cells) > GITHUB_MATRIX_LIMIT:
+            kernels = f" ({len(self.kernels)} kernels)" if len(self.kernels) > 1 else ""
+            raise ConfigError(
+                f"{self.matrix.path}: the selection has {len(cells)} cells{kernels}; a GitHub Actions matrix takes "
+                f"at most {GITHUB_MATRIX_LIMIT}: narrow it with --profile, --only or --kernel"
+            )
         matrix = github_matrix(list(cells))
         for entry, cell in zip(matrix["include"], cells, strict=True):
             build_dir = self.build_dir(Path("build"), self.kernel(cell))
