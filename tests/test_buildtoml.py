@@ -129,7 +129,7 @@ def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, t
 
 
 EDITION_CASES = [
-    ("edition 3", "edition = 5", "edition = 3", "edition = 3", "migrate it with `kernel-builder update-build`"),
+    ("edition 3", "edition = 5", "edition = 3", "edition = 3", "general.edition = 3 is not supported"),
     ("edition 6", "edition = 5", "edition = 6", "edition = 6", "general.edition = 6 is not supported"),
     (
         "edition 4 with an edition 5 key",
@@ -143,8 +143,16 @@ EDITION_CASES = [
         'edition = 5\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda"]',
         'license = "Apache-2.0"',
         "[general]",
-        "edition 3 or older (no general.backends)",
+        "no general.backends: every build.toml kernel-builder reads names its backends",
     ),
+    (
+        "kernel-builder 0.x",
+        'edition = 5\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda"]',
+        'license = "Apache-2.0"\nuniversal = false',
+        "[general]",
+        "a kernel-builder 0.x build.toml (general.universal): neither kernel-builder nor its `update-build` reads",
+    ),
+
     (
         "a typo",
         "cuda-capabilities = [",
@@ -193,6 +201,38 @@ def test_editions_frameworks_and_keys_as_kernel_builder_reads_them(kernel_copy, 
     text = str(raised.value)
     assert "\n" not in text and message in text, text
     assert text.startswith(f"{kernel_copy / 'build.toml'}:{_line_of(kernel_copy, line_marker)}:"), text
+
+
+def test_edition_3_is_read_as_kernel_builder_reads_it(tmp_path):
+    """No edition, no version and no framework section: edition 3, where no framework
+    section means [torch-noarch] and the version is 1 (kernels-data config/v3.rs). Its
+    cells are the noarch ones; kernel-builder update-build would write the same."""
+    kernel = tmp_path / "fp8-v3"
+    (kernel / "torch-ext" / "fp8_v3").mkdir(parents=True)
+    (kernel / "torch-ext" / "fp8_v3" / "__init__.py").write_text("def f():\n    return 1\n")
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda", "metal", "rocm", "xpu"]\n'
+    )
+    config = load_build_toml(kernel)
+    assert config.noarch and config.general.version == 1 and config.general.edition is None
+    cells = json.loads(kernel_matrix("matrix", "--kernel-dir", str(kernel), "--json", check=True).stdout)["include"]
+    assert [c["variant"] for c in cells] == [f"torch-{b}" for b in ("cpu", "cuda", "metal", "rocm", "xpu")]
+    # With [torch] and no version it is edition 3 too (version 1); with a version, edition 4.
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu"]\n\n[torch]\nsrc = []\n'
+    )
+    config = load_build_toml(kernel)
+    assert not config.noarch and config.general.version == 1
+    # [torch-noarch] is edition 4's (edition 3 has none), and edition 4 needs the version.
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu"]\n\n[torch-noarch]\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel)
+    assert str(raised.value) == (
+        f"{kernel / 'build.toml'}:1:1: missing required key 'general.version': a file without `edition` that has "
+        "[torch-noarch] is edition 4, which needs it"
+    )
 
 
 def test_edition_4_is_read_and_upgraded_in_memory(kernel_copy):

@@ -329,15 +329,15 @@ _EDITION_5_ONLY = [
 
 
 def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
-    """Edition 5 as is, edition 4 (no `edition`) upgraded in memory, older ones refused.
-    False where the file is no edition 4 or 5 (nothing else in it is checked)."""
+    """Edition 5 as is; a file without `edition` read as kernel-builder reads it
+    (kernels-data config/compat.rs: edition 4, else 3) and upgraded in memory; other
+    formats refused. False where the file is no such edition (nothing else is checked)."""
     section = raw.get("general")
     general: dict[str, Any] = section if isinstance(section, dict) else {}
     edition = general.get("edition")
-    migrate = "migrate it with `kernel-builder update-build` (it writes edition 5)"
     if edition is None:
         if "backends" not in general:
-            problems.add(*toml_key_position(text, ("general",)), f"edition 3 or older (no general.backends): {migrate}")
+            problems.add(*toml_key_position(text, ("general",)), _no_backends(general))
             return False
         for loc in _EDITION_5_ONLY:
             if _lookup(raw, loc) is not None:
@@ -349,14 +349,47 @@ def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
                 *toml_key_position(text, ("torch", "stable-abi")),
                 "a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`",
             )
+        return _upgrade_edition_3(problems, text, raw, general)
     elif edition != 5 or isinstance(edition, bool):
-        hint = migrate if isinstance(edition, int) and edition < 5 else "kernel-builder knows edition 5 (or none: 4)"
         problems.add(
             *toml_key_position(text, ("general", "edition")),
-            f"general.edition = {edition!r} is not supported: {hint}",
+            f"general.edition = {edition!r} is not supported: kernel-builder reads edition 5, and files without "
+            "`edition` (editions 4 and 3, which `kernel-builder update-build` migrates)",
         )
         return False
     return True
+
+
+def _upgrade_edition_3(problems: Problems, text: str, raw: dict[str, Any], general: dict[str, Any]) -> bool:
+    """Edition 3 where edition 4 does not read the file (no general.version, or no
+    framework section): version 1 where it has none, and no framework section means
+    [torch-noarch] (kernels-data config/v3.rs; edition 3 has no [torch-noarch] section).
+    False where the file is neither."""
+    framework = [name for name in FRAMEWORKS if name in raw]
+    if "version" in general and framework:
+        return True  # edition 4
+    if "torch-noarch" in raw:
+        problems.add(
+            *toml_key_position(text, ("general",)),
+            "missing required key 'general.version': a file without `edition` that has [torch-noarch] is "
+            "edition 4, which needs it",
+        )
+        return False
+    general.setdefault("version", 1)
+    if not framework:
+        raw["torch-noarch"] = {}
+    return True
+
+
+def _no_backends(general: dict[str, Any]) -> str:
+    """Why a file with neither `edition` nor general.backends is no format kernel-builder reads."""
+    if "universal" in general:
+        return (
+            "a kernel-builder 0.x build.toml (general.universal): neither kernel-builder nor its "
+            "`update-build` reads this format any more; rewrite [general] as edition 5 (`edition = 5`, "
+            "`backends = [...]`, `version`, `license`) with [torch], or [torch-noarch] where universal = true"
+        )
+    return "no general.backends: every build.toml kernel-builder reads names its backends (add `backends = [...]`)"
 
 
 def _lookup(data: object, loc: tuple[str, ...]) -> object:
