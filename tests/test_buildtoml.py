@@ -152,7 +152,6 @@ EDITION_CASES = [
         "[general]",
         "a kernel-builder 0.x build.toml (general.universal): neither kernel-builder nor its `update-build` reads",
     ),
-
     (
         "a typo",
         "cuda-capabilities = [",
