@@ -75,3 +75,18 @@ def test_the_cli_starts_without_the_host_only_packages():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--kernel-dir" in result.stdout
+
+
+def test_check_abi_passes_a_python_only_variant_and_refuses_a_compiled_one_without_a_library(tmp_path):
+    """kernel-builder checks the ABI of compiled variants only: a noarch variant (torch-<backend>)
+    has no library and nothing to check; a compiled variant without one is broken."""
+    for name in ("torch-tpu", "torch214-cxx11-cpu-x86_64-linux"):
+        (tmp_path / name / "relu_tpu").mkdir(parents=True)
+        (tmp_path / name / "relu_tpu" / "__init__.py").write_text("")
+        (tmp_path / name / "metadata.json").write_text('{"name": "relu-tpu", "version": 1}')
+    result = kernel_matrix("check-abi", "torch-tpu", "--build-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "passed torch-tpu: Python only, no library to check"
+    result = kernel_matrix("check-abi", "torch214-cxx11-cpu-x86_64-linux", "--build-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr == f"error: {tmp_path / 'torch214-cxx11-cpu-x86_64-linux'}: no .so to check\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import COMMUNITY, REPO, img2gray_copies, kernel_matrix, needs_corpus
+from conftest import COMMUNITY, REPO, img2gray_as, img2gray_copies, kernel_matrix, needs_corpus
 
 import kernel_matrix as package
 
@@ -181,6 +181,50 @@ def test_init_of_a_repository_of_many_kernels_says_its_full_profile_is_over_the_
     assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == sorted(names)
     (note,) = [line for line in result.stderr.splitlines() if line.startswith("note:")]
     assert "full profile" in note and f"({len(names)} kernels)" in note and f"at most {GITHUB_MATRIX_LIMIT}" in note
+
+
+def test_init_leaves_out_the_kernels_it_cannot_build_and_says_why(tmp_path):
+    """A repository's kernels that kernel-matrix refuses ([tvm-ffi]) or builds no variant
+    of (Metal only) are left out, a line each; the others still get their CI. With none
+    left, init writes nothing and says why for each."""
+    img2gray_as(tmp_path, "gray")
+    img2gray_as(tmp_path, "gray-tvm", "[torch]\n", "[tvm-ffi]\n")
+    img2gray_as(tmp_path, "gray-metal", 'backends = ["cpu", "cuda"]', 'backends = ["metal"]')
+    result = init(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == ["gray"]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: gray-")]
+    tvm_line = next(
+        n for n, t in enumerate((tmp_path / "gray-tvm" / "build.toml").read_text().splitlines(), 1) if t == "[tvm-ffi]"
+    )
+    assert notes == [
+        "note: gray-metal: left out of build_matrix.yaml: general.backends ['metal']: kernel-matrix builds cpu and "
+        "cuda kernels",
+        f"note: gray-tvm: left out of build_matrix.yaml: gray-tvm/build.toml:{tvm_line}:1: "
+        "[tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and [torch-noarch] kernels)",
+    ]
+
+    shutil.rmtree(tmp_path / "gray")
+    for written in (tmp_path / "build_matrix.yaml", tmp_path / WORKFLOW):
+        written.unlink()
+    result = init(cwd=tmp_path)
+    assert result.returncode == 2 and not (tmp_path / "build_matrix.yaml").exists()
+    assert result.stderr.splitlines()[0].startswith("error: .: holds no build.toml kernel-matrix builds")
+    assert [line.split(":")[1].strip() for line in result.stderr.splitlines()[1:]] == ["gray-metal", "gray-tvm"]
+
+
+def test_matrix_names_a_kernel_of_the_matrix_it_builds_no_variant_of(tmp_path):
+    img2gray_as(tmp_path, "gray")
+    img2gray_as(tmp_path, "gray-metal", 'backends = ["cpu", "cuda"]', 'backends = ["metal"]')
+    matrix = tmp_path / "build_matrix.yaml"
+    matrix.write_text((REPO / "build_matrix.yaml").read_text().replace("kernel: kernel", "kernels: [gray, gray-metal]"))
+    result = kernel_matrix("matrix", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert {c["kernel"] for c in json.loads(result.stdout)["include"]} == {"gray"}
+    assert result.stderr.splitlines() == [
+        "gray-metal/build.toml: warning: general.backends ['metal']: kernel-matrix builds cpu "
+        "and cuda kernels, so gray-metal has no cell to build"
+    ]
 
 
 @needs_corpus

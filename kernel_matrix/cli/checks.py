@@ -105,8 +105,13 @@ def check_abi(
     """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
     from kernel_matrix.checking.abi import abi_reports, hint
     from kernel_matrix.checking.testing import resolve_variant_dir
+    from kernel_matrix.planning.variants import NOARCH_VARIANT
 
     variant_dir = resolve_variant_dir(variant, build_dir)
+    if NOARCH_VARIANT.match(variant_dir.name) and not any(variant_dir.glob("*.so")):
+        # kernel-builder checks compiled variants only: a Python-only one has nothing to check.
+        console.print(styled(("passed", "green"), f" {variant_dir.name}: Python only, no library to check"))
+        return
     reports = abi_reports(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
     failed = [r for r in reports if not r.ok]

@@ -85,7 +85,9 @@ def init(
     for target in targets:
         if os.path.lexists(target):
             raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
-    kernels = find_kernels(directory)
+    kernels, left_out = find_kernels(directory)
+    for folder, reason in left_out:  # a repository's other kernels still get their CI
+        console.print(f"note: {folder}: left out of {MATRIX}: {reason}", soft_wrap=True)
     texts = {
         targets[0]: matrix_text(kernels),
         targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None),
@@ -114,29 +116,45 @@ def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str
     return value
 
 
-def find_kernels(directory: Path) -> list[tuple[str, BuildConfig]]:
+def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[tuple[str, str]]]:
     """(folder relative to directory, its build.toml) for the kernel in directory, or
-    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml."""
+    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml; and,
+    below it, the folders left out with why: a build.toml kernel-matrix refuses (its
+    first line) or a kernel it builds no variant of. A kernel in directory itself is
+    refused as its build.toml is."""
     if (directory / "build.toml").is_file():
-        return [(".", load_build_toml(directory))]
+        return [(".", load_build_toml(directory))], []
     found: list[tuple[str, BuildConfig]] = []
+    left_out: list[tuple[str, str]] = []
     for root, folders, files in os.walk(directory):
         here = Path(root)
         depth = len(here.relative_to(directory).parts)
         if depth and "build.toml" in files:
-            found.append((here.relative_to(directory).as_posix(), load_build_toml(here)))
+            folder = here.relative_to(directory).as_posix()
             folders.clear()  # a kernel's own subfolders hold no other kernel
+            try:
+                config = load_build_toml(here)
+            except ConfigError as exc:
+                lines = str(exc).splitlines()
+                more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+                left_out.append((folder, lines[0] + more))
+                continue
+            if reason := config.unbuilt():
+                left_out.append((folder, reason))
+            else:
+                found.append((folder, config))
             continue
         # Sorted, so the matrix lists kernels in the same order on every machine.
         folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in NOT_KERNELS)
         if depth >= SEARCH_DEPTH:
             folders.clear()
     if not found:
+        reasons = "".join(f"\n{folder}: {reason}" for folder, reason in sorted(left_out))
         raise ConfigError(
-            f"{directory}: holds no build.toml, nor does any folder below it: init sets up a kernel's "
-            "repository (kernel-builder's layout)"
+            f"{directory}: holds no build.toml kernel-matrix builds, nor does any folder below it: init sets up a "
+            f"kernel's repository (kernel-builder's layout){reasons}"
         )
-    return sorted(found)
+    return sorted(found), sorted(left_out)
 
 
 def default_spec() -> dict[str, Any]:

@@ -61,7 +61,7 @@ def matrix(
         run_check(matrix, console)
         return
     resolved = resolve(selection)
-    for warning in [*resolved.matrix.warnings, *resolved.refusals]:
+    for warning in [*resolved.matrix.warnings, *resolved.unbuilt, *resolved.refusals]:
         console.print(styled((warning, "yellow")), soft_wrap=True)
     cells = list(resolved.cells)
     event = GithubEvent.from_environment()

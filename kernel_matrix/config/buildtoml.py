@@ -234,6 +234,15 @@ class BuildConfig(Section):
                 return f"{what}.maxver is {high}, not {version}"
         return None
 
+    def unbuilt(self) -> str | None:
+        """Why kernel-matrix builds no variant of this kernel (a compiled kernel of backends
+        it does not build: Metal, ROCm, XPU only), or None. kernel-builder builds those on
+        their own platforms."""
+        backends = self.general.backends
+        if self.noarch or set(backends) & set(BUILDABLE_BACKENDS):
+            return None
+        return f"general.backends {backends}: kernel-matrix builds {' and '.join(BUILDABLE_BACKENDS)} kernels"
+
     def skipped_sections(self) -> list[str]:
         """[kernel.*] sections of backends kernel-matrix does not build (metal, rocm, xpu)."""
         return [name for name, k in self.kernel.items() if k.backend not in BUILDABLE_BACKENDS]

@@ -27,7 +27,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS, BuildConfig, load_build_toml
+from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
@@ -183,12 +183,8 @@ class Selection:
         if not cells:
             # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
             for kernel in kernels:
-                backends = kernel.config.general.backends
-                if not kernel.config.noarch and not set(backends) & set(BUILDABLE_BACKENDS):
-                    raise ConfigError(
-                        f"{kernel.dir / 'build.toml'}: general.backends {backends}: kernel-matrix builds "
-                        f"{' and '.join(BUILDABLE_BACKENDS)} kernels, so {kernel.name} has no cell to build"
-                    )
+                if reason := kernel.config.unbuilt():
+                    raise ConfigError(f"{kernel.dir / 'build.toml'}: {reason}, so {kernel.name} has no cell to build")
             names = ", ".join(k.name for k in kernels)
             raise ConfigError(
                 f"the selection has no cell of {names} (profile {self.profile}"
@@ -278,6 +274,16 @@ class Resolved:
             if cells:
                 work.append(KernelCells(kernel, cells, build_dir))
         return work
+
+    @property
+    def unbuilt(self) -> list[str]:
+        """One line per kernel of the matrix that kernel-matrix builds no variant of (Metal or
+        ROCm only): the others' cells are planned, and these would vanish without a word."""
+        return [
+            f"{kernel.dir / 'build.toml'}: warning: {reason}, so {kernel.name} has no cell to build"
+            for kernel in self.kernels
+            if (reason := kernel.config.unbuilt())
+        ]
 
     @property
     def refusals(self) -> list[str]:

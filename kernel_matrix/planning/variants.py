@@ -10,6 +10,7 @@ kernels.variants.parse_variant)."""
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,6 +21,8 @@ from kernel_matrix.planning.torch_cuda import (
 )
 
 CPU_ARCHS = ("x86_64", "aarch64")
+# A noarch (Python-only) variant's name, torch-<backend>: Variant.name writes it.
+NOARCH_VARIANT = re.compile(r"^torch-[a-z]+\Z")
 
 
 @dataclass(frozen=True)
