@@ -155,7 +155,8 @@ def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, ca
         major, minor = capability
         assert result.stderr.strip() == (  # the console's lines go to stderr
             f"skipped {variant.name}: this GPU (capability {major}.{minor}) runs none of the variant's archs "
-            f"({', '.join(archs)}): the kernels loader refuses it here; test it on a GPU it was built for"
+            f"({', '.join(archs)}): kernels.get_kernel refuses it on this GPU (check_arch); "
+            "test it on a GPU it was built for"
         )
     else:  # the suite ran (and failed: the interpreter only answers the probe)
         assert result.returncode == 6

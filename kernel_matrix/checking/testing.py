@@ -173,7 +173,7 @@ def gpu_refusal(metadata: object, python: str | None) -> str | None:
         return None
     return (
         f"this GPU (capability {major}.{minor}) runs none of the variant's archs ({', '.join(archs)}): "
-        "the kernels loader refuses it here; test it on a GPU it was built for"
+        "kernels.get_kernel refuses it on this GPU (check_arch); test it on a GPU it was built for"
     )
 
 
