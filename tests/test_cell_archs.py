@@ -161,6 +161,17 @@ def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, ca
     else:  # the suite ran (and failed: the interpreter only answers the probe)
         assert result.returncode == 6
         assert "pytest exit 3" in result.stderr
+    note = f"note {variant.name}: no GPU that this torch can use: the suite's CUDA cases will skip or fail here"
+    assert (note in result.stderr) == (capability is None)
+
+
+def test_no_note_where_the_gpus_are_hidden_on_purpose(tmp_path):
+    """test-variant --cpu-only hides the GPUs (CUDA_VISIBLE_DEVICES=): its CUDA cases skip, as meant."""
+    variant = a_cuda_variant(tmp_path, ["9.0"])
+    python = a_gpu_host(tmp_path, None)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(KERNEL_DIR), "--python", str(python), env=env)
+    assert result.returncode == 6 and "no GPU" not in result.stderr
 
 
 def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +67,7 @@ def run_kernel_tests(
     python: str | None = None,
     pytest_args: Sequence[str] = (),
     local_kernels: Mapping[str, Path] | None = None,
+    say: Callable[[str], None] = lambda note: None,
 ) -> Outcome:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
@@ -75,7 +76,8 @@ def run_kernel_tests(
     and `import <name>` (submodules too) is the variant package itself. Where
     the kernel marks CI tests (`kernels_ci`), only those run. None collected is
     a pass, as upstream's CI takes it. A CUDA variant with no code for the GPU the tests
-    would run on (the loader refuses it there) is skipped, saying so. Returns what ran;
+    would run on (the loader refuses it there) is skipped, saying so; one with no GPU to
+    run on gets a note (say). Returns what ran;
     raises TestFailure if it failed."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
@@ -94,8 +96,11 @@ def run_kernel_tests(
             f"{variant_dir / METADATA}: id {json.dumps(module)[:80]} is not a Python module name: "
             "not a variant kernel-matrix built"
         )
-    if refusal := gpu_refusal(metadata, python):
+    refusal, note = gpu_check(metadata, python)
+    if refusal:
         return Outcome(refusal, skipped=True)
+    if note:
+        say(note)
     env = {
         VARIANT_ENV: str(variant_dir),
         "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
@@ -150,31 +155,39 @@ print(json.dumps(list(torch.cuda.get_device_capability()) if gpu else None))
 """
 
 
-def gpu_refusal(metadata: object, python: str | None) -> str | None:
-    """Why the `kernels` loader would refuse this CUDA variant on the GPU the tests run
-    on (kernels' check_arch: none of its archs runs there), or None. A GPU runner whose
-    GPU the variant was not built for (a Blackwell-only kernel on an H200) has nothing
-    to test: the suite would fail at its first get_kernel."""
+def gpu_check(metadata: object, python: str | None) -> tuple[str | None, str | None]:
+    """For a CUDA variant, against the GPU the tests run on: why the `kernels` loader would
+    refuse it there (kernels' check_arch: none of its archs runs there), or a note that no
+    GPU is there at all (unless GPUs were hidden on purpose: CUDA_VISIBLE_DEVICES=). A GPU
+    runner whose GPU the variant was not built for (a Blackwell-only kernel on an H200)
+    has nothing to test: the suite would fail at its first get_kernel."""
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
-    archs = backend.get("archs") if isinstance(backend, dict) and backend.get("type") == "cuda" else None
-    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
-        return None
+    if not isinstance(backend, dict) or backend.get("type") != "cuda":
+        return None, None
     try:
         probe = subprocess.run(
             [python or sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300, check=False
         )
-        capability = json.loads(probe.stdout) if probe.returncode == 0 else None
+        capability = json.loads(probe.stdout) if probe.returncode == 0 else "unknown"
     except (OSError, subprocess.TimeoutExpired, ValueError):
-        capability = None  # the suite itself will say what is wrong with this interpreter
+        capability = "unknown"  # the suite itself will say what is wrong with this interpreter
+    if capability is None:
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+        note = "no GPU that this torch can use: the suite's CUDA cases will skip or fail here (run it on a GPU)"
+        return None, None if hidden else note
+    archs = backend.get("archs")
     if not (isinstance(capability, list) and len(capability) == 2 and all(isinstance(c, int) for c in capability)):
-        return None
+        return None, None
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        return None, None
     major, minor = capability
     if runs_on(archs, (major, minor)):
-        return None
-    return (
+        return None, None
+    refusal = (
         f"this GPU (capability {major}.{minor}) runs none of the variant's archs ({', '.join(archs)}): "
         "kernels.get_kernel refuses it on this GPU (check_arch); test it on a GPU it was built for"
     )
+    return refusal, None
 
 
 def hub_repo_id(config: BuildConfig) -> str:
