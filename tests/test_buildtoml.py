@@ -150,7 +150,7 @@ EDITION_CASES = [
         'edition = 5\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda"]',
         'license = "Apache-2.0"\nuniversal = false',
         "[general]",
-        "a kernel-builder 0.x build.toml (general.universal): neither kernel-builder nor its `update-build` reads",
+        "a kernel-builder 0.x build.toml (`universal`): neither kernel-builder nor its `update-build` reads",
     ),
     (
         "a typo",
@@ -202,36 +202,47 @@ def test_editions_frameworks_and_keys_as_kernel_builder_reads_them(kernel_copy, 
     assert text.startswith(f"{kernel_copy / 'build.toml'}:{_line_of(kernel_copy, line_marker)}:"), text
 
 
-def test_edition_3_is_read_as_kernel_builder_reads_it(tmp_path):
-    """No edition, no version and no framework section: edition 3, where no framework
-    section means [torch-noarch] and the version is 1 (kernels-data config/v3.rs). Its
-    cells are the noarch ones; kernel-builder update-build would write the same."""
-    kernel = tmp_path / "fp8-v3"
-    (kernel / "torch-ext" / "fp8_v3").mkdir(parents=True)
-    (kernel / "torch-ext" / "fp8_v3" / "__init__.py").write_text("def f():\n    return 1\n")
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu", "cuda", "metal", "rocm", "xpu"]\n'
-    )
-    config = load_build_toml(kernel)
-    assert config.noarch and config.general.version == 1 and config.general.edition is None
-    cells = json.loads(kernel_matrix("matrix", "--kernel-dir", str(kernel), "--json", check=True).stdout)["include"]
-    assert [c["variant"] for c in cells] == [f"torch-{b}" for b in ("cpu", "cuda", "metal", "rocm", "xpu")]
-    # With [torch] and no version it is edition 3 too (version 1); with a version, edition 4.
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu"]\n\n[torch]\nsrc = []\n'
-    )
-    config = load_build_toml(kernel)
-    assert not config.noarch and config.general.version == 1
-    # [torch-noarch] is edition 4's (edition 3 has none), and edition 4 needs the version.
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\nbackends = ["cpu"]\n\n[torch-noarch]\n'
+@pytest.mark.parametrize(
+    ("general", "tables", "message"),
+    [
+        # Edition 3 (kernels-data config/v3.rs), which kernel-builder's builds refuse (config/parse.rs):
+        ("", "", "edition 3 (no `edition`, no general.version and no [torch] or [torch-noarch] section): kernel"),
+        (
+            "",
+            "[torch]\nsrc = []\n",
+            "edition 3 (no `edition`, no general.version): kernel-builder no longer builds this format; migrate",
+        ),
+        ("version = 1\n", "", "edition 3 (no `edition`, no [torch] or [torch-noarch] section)"),
+        # Keys edition 3 does not have: an edition 4 file that forgot its version.
+        (
+            "",
+            "[torch-noarch]\n",
+            "missing required key 'general.version': a file without `edition` that has "
+            "[torch-noarch] is edition 4, which needs it",
+        ),
+        (
+            "",
+            '[torch]\nsrc = []\nstable-abi = "2.10"\n',
+            "missing required key 'general.version': a file without `edition` that has torch.stable-abi is edition 4",
+        ),
+        ('source = "https://github.com/a/b"\n', "[torch]\nsrc = []\n", "that has general.source is edition 4"),
+        # kernel-builder 0.x, with `universal` in [general] or in [torch]:
+        ("", "[torch]\nuniversal = true\n", "a kernel-builder 0.x build.toml (`universal`): neither kernel-builder"),
+    ],
+)
+def test_files_without_edition_that_are_no_edition_4_are_refused_as_kernel_builder_refuses_them(
+    tmp_path, general, tables, message
+):
+    """Without `edition`, kernel-builder reads edition 4 (upgraded in memory), else edition 3,
+    which its builds refuse: `update-build` migrates it (config/parse.rs). One line, at [general]."""
+    backends = "" if "universal" in tables else 'backends = ["cpu"]\n'
+    (tmp_path / "build.toml").write_text(
+        f'[general]\nname = "fp8-v3"\nlicense = "Apache-2.0"\n{backends}{general}\n{tables}'
     )
     with pytest.raises(ConfigError) as raised:
-        load_build_toml(kernel)
-    assert str(raised.value) == (
-        f"{kernel / 'build.toml'}:1:1: missing required key 'general.version': a file without `edition` that has "
-        "[torch-noarch] is edition 4, which needs it"
-    )
+        load_build_toml(tmp_path)
+    assert str(raised.value).startswith(f"{tmp_path / 'build.toml'}:1:1: ") and "\n" not in str(raised.value)
+    assert message in str(raised.value)
 
 
 def test_edition_4_is_read_and_upgraded_in_memory(kernel_copy):

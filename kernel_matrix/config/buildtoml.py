@@ -338,15 +338,15 @@ _EDITION_5_ONLY = [
 
 
 def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
-    """Edition 5 as is; a file without `edition` read as kernel-builder reads it
-    (kernels-data config/compat.rs: edition 4, else 3) and upgraded in memory; other
-    formats refused. False where the file is no such edition (nothing else is checked)."""
+    """Edition 5 as is; a file without `edition` as kernel-builder's builds take it:
+    edition 4 upgraded in memory, edition 3 and older refused with how to migrate them.
+    False where the file is no edition 4 or 5 (nothing else in it is checked)."""
     section = raw.get("general")
     general: dict[str, Any] = section if isinstance(section, dict) else {}
     edition = general.get("edition")
     if edition is None:
         if "backends" not in general:
-            problems.add(*toml_key_position(text, ("general",)), _no_backends(general))
+            problems.add(*toml_key_position(text, ("general",)), _no_backends(raw))
             return False
         for loc in _EDITION_5_ONLY:
             if _lookup(raw, loc) is not None:
@@ -358,43 +358,64 @@ def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
                 *toml_key_position(text, ("torch", "stable-abi")),
                 "a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`",
             )
-        return _upgrade_edition_3(problems, text, raw, general)
+        return _check_edition_4(problems, text, raw, general)
     elif edition != 5 or isinstance(edition, bool):
         problems.add(
             *toml_key_position(text, ("general", "edition")),
-            f"general.edition = {edition!r} is not supported: kernel-builder reads edition 5, and files without "
-            "`edition` (editions 4 and 3, which `kernel-builder update-build` migrates)",
+            f"general.edition = {edition!r} is not supported: kernel-builder reads `edition = 5`, and edition 4 "
+            "as a file without `edition`; `kernel-builder update-build` writes edition 5",
         )
         return False
     return True
 
 
-def _upgrade_edition_3(problems: Problems, text: str, raw: dict[str, Any], general: dict[str, Any]) -> bool:
-    """Edition 3 where edition 4 does not read the file (no general.version, or no
-    framework section): version 1 where it has none, and no framework section means
-    [torch-noarch] (kernels-data config/v3.rs; edition 3 has no [torch-noarch] section).
-    False where the file is neither."""
+# Edition 3's keys (kernels-data config/v3.rs, deny_unknown_fields): a file with others is no edition 3.
+_EDITION_3_GENERAL = {
+    *("name", "version", "license", "upstream", "backends"),
+    *("cuda", "hub", "neuron", "python-depends", "xpu"),
+}
+_EDITION_3_TORCH = {"include", "minver", "maxver", "pyext", "src"}
+
+
+def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general: dict[str, Any]) -> bool:
+    """A file without `edition` is edition 4 where it has general.version and a framework
+    section; without them kernel-builder reads it as edition 3 (kernels-data config/compat.rs),
+    which its builds refuse (config/parse.rs: only edition 4 is upgraded in memory). False
+    where the file is no edition 4."""
     framework = [name for name in FRAMEWORKS if name in raw]
     if "version" in general and framework:
-        return True  # edition 4
-    if "torch-noarch" in raw:
+        return True
+    torch = raw.get("torch")
+    edition_4_keys = [
+        *(["[torch-noarch]"] if "torch-noarch" in raw else []),
+        *(f"general.{key}" for key in general if key not in _EDITION_3_GENERAL),
+        *(f"torch.{key}" for key in (torch if isinstance(torch, dict) else {}) if key not in _EDITION_3_TORCH),
+    ]
+    if edition_4_keys:  # not edition 3's keys: an edition 4 file that lacks its version
         problems.add(
             *toml_key_position(text, ("general",)),
-            "missing required key 'general.version': a file without `edition` that has [torch-noarch] is "
+            f"missing required key 'general.version': a file without `edition` that has {edition_4_keys[0]} is "
             "edition 4, which needs it",
         )
         return False
-    general.setdefault("version", 1)
-    if not framework:
-        raw["torch-noarch"] = {}
-    return True
+    missing = [
+        *(["no general.version"] if "version" not in general else []),
+        *(["no [torch] or [torch-noarch] section"] if not framework else []),
+    ]
+    problems.add(
+        *toml_key_position(text, ("general",)),
+        f"edition 3 (no `edition`, {' and '.join(missing)}): kernel-builder no longer builds this format; "
+        "migrate it with `kernel-builder update-build` (it writes edition 5)",
+    )
+    return False
 
 
-def _no_backends(general: dict[str, Any]) -> str:
+def _no_backends(raw: dict[str, Any]) -> str:
     """Why a file with neither `edition` nor general.backends is no format kernel-builder reads."""
-    if "universal" in general:
+    tables = [raw.get(name) for name in ("general", "torch")]  # kernel-builder 0.x put it in either
+    if any(isinstance(table, dict) and "universal" in table for table in tables):
         return (
-            "a kernel-builder 0.x build.toml (general.universal): neither kernel-builder nor its "
+            "a kernel-builder 0.x build.toml (`universal`): neither kernel-builder nor its "
             "`update-build` reads this format any more; rewrite [general] as edition 5 (`edition = 5`, "
             "`backends = [...]`, `version`, `license`) with [torch], or [torch-noarch] where universal = true"
         )
