@@ -82,24 +82,58 @@ def test_a_cells_archs_are_what_its_build_declares(tmp_path):
         build = native_build.plan(
             kernel, load_build_toml(kernel), cu130_toolchain(), backend="cuda", cuda_capabilities=cell["capabilities"]
         )
-        assert cell["archs"] == build.capabilities
+        assert cell["archs"] == build.archs
         assert all(c["archs"] == [] for c in cells if c["backend"] == "cpu")
     assert cell["archs"] == ["10.0a", "12.0a"]
+
+
+# kernel-builder's default lists (kernel-builder/src/pyproject/templates/torch/preamble.cmake,
+# CUDA_DEFAULT_KERNEL_ARCHS): a section without cuda-capabilities is built for its CUDA version's
+# list, whose highest capability also gets PTX, and metadata.json's archs carry the "+PTX".
+KERNEL_BUILDER_DEFAULTS = {
+    "12.6": "7.0;7.2;7.5;8.0;8.6;8.7;8.9;9.0+PTX",
+    "12.8": "7.0;7.2;7.5;8.0;8.6;8.7;8.9;9.0;10.0;10.1;12.0+PTX",
+    "13.0": "7.5;8.0;8.6;8.7;8.9;9.0;10.0;11.0;12.0;12.1+PTX",
+}
+
+
+def test_a_section_on_the_default_list_declares_kernel_builders_default_archs(tmp_path):
+    kernel = img2gray_as(
+        tmp_path, "gray-default", 'cuda-capabilities = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]\n', ""
+    )
+    cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    for cuda, expected in KERNEL_BUILDER_DEFAULTS.items():
+        archs = {tuple(c["archs"]) for c in cells if c["cuda"] == cuda}
+        assert archs == {tuple(expected.split(";"))}, cuda
+
+
+def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_path):
+    kernel = tmp_path / "gray-noarch"
+    (kernel / "torch-ext" / "gray_noarch").mkdir(parents=True)
+    (kernel / "torch-ext" / "gray_noarch" / "__init__.py").write_text("")
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "gray-noarch"\nversion = 1\nedition = 5\nlicense = "Apache-2.0"\n'
+        'backends = ["cpu", "cuda"]\n\n[torch-noarch]\ncuda_capabilities = ["10.0a"]\n'
+    )
+    cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
+    assert {c["variant"]: c["archs"] for c in cells} == {"torch-cpu": [], "torch-cuda": ["10.0a"]}
+    assert gpu == {}  # its metadata.json says 10.0a: the loader refuses it on sm_90
 
 
 def test_gpu_runners_of_a_declared_capability_get_only_the_cells_they_can_run(tmp_path):
     kernel = blackwell_only(tmp_path)
     cells, gpu = plan(matrix_for(tmp_path, kernel, None), tmp_path)
-    cuda = {c["variant"] for c in cells if c["backend"] == "cuda"}
-    assert cuda and set(gpu) == cuda  # no capability declared: every CUDA cell, as before
+    cuda = {c["variant"] for c in cells if c["backend"] == "cuda" and c["cuda"] != "12.6"}
+    assert cuda and set(gpu) == cuda  # no capability declared: every CUDA cell its build does not refuse
 
     # x86_64's GPU runners are declared; aarch64's are not, and keep every CUDA cell. So do
     # cells whose build will refuse the section (CUDA 12.6 builds no 10.0a): they have no archs.
+    # A cell whose build will fail (no archs) gets no GPU job either.
     def kept(cells, runs):
-        return {c["variant"] for c in cells if c["backend"] == "cuda" and (c["arch"] == "aarch64" or runs(c))}
+        return {c["variant"] for c in cells if c["archs"] and (c["arch"] == "aarch64" or runs(c))}
 
     cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
-    assert set(gpu) == kept(cells, lambda c: not c["archs"])  # sm_100a/sm_120a code cannot run on sm_90
+    assert set(gpu) == kept(cells, lambda c: False)  # sm_100a/sm_120a code cannot run on sm_90
     assert any(c["archs"] and c["arch"] == "x86_64" for c in cells)
     cells, gpu = plan(matrix_for(tmp_path, kernel, "10.0"), tmp_path)
     assert set(gpu) == kept(cells, lambda c: True)  # the CUDA versions that build it build 10.0a
@@ -194,3 +228,17 @@ def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):
     assert result.returncode == 0 and "will fail to build" not in result.stderr
     cells = json.loads(result.stdout)["include"]
     assert not any(c["cuda"] == "12.6" for c in cells) and all(c["archs"] for c in cells if c["backend"] == "cuda")
+
+
+def test_the_warning_names_the_maxver_where_the_newest_cuda_versions_refuse_a_section(tmp_path):
+    kernel = img2gray_as(
+        tmp_path,
+        "gray-volta",
+        'cuda-capabilities = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]',
+        'cuda-capabilities = ["7.0"]',
+    )
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel))
+    warnings = [line for line in result.stderr.splitlines() if "will fail to build" in line]
+    # A line per CUDA version that refuses it (CUDA 13 compiles 7.5 and up), each with the bound.
+    assert [w.split("can be built with CUDA ")[1][:4] for w in warnings] == ["13.0", "13.2"], result.stderr
+    assert all(w.endswith('; general.cuda.maxver = "12.8" leaves them out') for w in warnings)

@@ -120,3 +120,32 @@ def test_a_narrowed_build_keeps_a_section_it_would_empty_at_the_sections_own_cap
     toml.write_text(toml.read_text().replace('cuda-capabilities = ["10.0f"]', 'cuda-capabilities = ["6.0"]'))
     with pytest.raises(ConfigError, match=r"\[kernel.second\]: none of cuda-capabilities \['6.0'\]"):
         native_build.plan(kernel, load_build_toml(kernel), toolchain, backend="cuda", cuda_capabilities=["9.0"])
+
+
+def test_a_narrowing_nvcc_cannot_compile_is_refused_before_any_compile(kernel_copy):
+    """--cuda-capabilities 7.0 with CUDA 13 (its nvcc starts at 7.5): one line, not nvcc's
+    'Unsupported gpu architecture' at the first file."""
+    from kernel_matrix.building import native_build
+    from kernel_matrix.config.buildtoml import load_build_toml
+    from kernel_matrix.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        native_build.plan(
+            kernel_copy, load_build_toml(kernel_copy), cu130_toolchain(), backend="cuda", cuda_capabilities=["7.0"]
+        )
+    assert str(raised.value) == (
+        "cuda capability 7.0: CUDA 13.0's nvcc compiles 7.5 to 12.1 (--cuda-capabilities, or a matrix row)"
+    )
+
+
+def test_a_section_a_narrowing_leaves_nothing_is_named_as_built_for_its_own_list(kernel_copy):
+    from kernel_matrix.building import native_build
+    from kernel_matrix.config.buildtoml import load_build_toml
+
+    kernel = with_two_sections(kernel_copy, "cuda")  # first: 9.0a, second: 10.0f
+    plan = native_build.plan(
+        kernel, load_build_toml(kernel), cu130_toolchain(), backend="cuda", cuda_capabilities=["9.0"]
+    )
+    assert plan.own_list_sections(["9.0"]) == ["second"]
+    assert plan.section_capabilities["second"] == ["10.0f"] and plan.section_capabilities["first"] == ["9.0a"]
+    assert plan.own_list_sections(None) == []

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernel_matrix import PACKAGE_DIR
+from kernel_matrix import PACKAGE_DIR, data
 from kernel_matrix.building.compile import (
     DEFAULT_SOURCE_DATE_EPOCH,
     PY_LIMITED_API,
@@ -62,7 +62,9 @@ from kernel_matrix.planning.capabilities import (
     capability_order,
     gencode_flags,
     section_capabilities,
+    select_capabilities,
     stable_abi_define,
+    strip_ptx,
     variant_archs,
 )
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
@@ -93,7 +95,8 @@ class BuildPlan:
     torch: TorchInstall
     nvcc: Nvcc | None
     cxx: str
-    capabilities: list[str]  # every section's, for metadata.json
+    capabilities: list[str]  # what the binding's .cu files are compiled for: archs, else the defaults
+    archs: list[str]  # every section's, for metadata.json (none without a CUDA section)
     # [kernel.*] name -> the capabilities its .cu files are compiled for
     section_capabilities: dict[str, list[str]] = field(default_factory=dict)
     # What __DATE__ and __TIME__ expand to (recorded in metadata.json; it changes the
@@ -103,6 +106,20 @@ class BuildPlan:
     @property
     def backend(self) -> str:
         return self.variant.backend
+
+    def own_list_sections(self, narrowed: list[str] | None) -> list[str]:
+        """The CUDA sections a narrowed build (narrowed: --cuda-capabilities) builds for their own
+        cuda-capabilities, none of which the narrowing names (section_capabilities says why)."""
+        if not narrowed or self.nvcc is None:
+            return []
+        return [
+            name
+            for name, kernel in self.config.kernels_for("cuda").items()
+            if isinstance(kernel, CudaKernel)
+            and kernel.cuda_capabilities
+            and name in self.section_capabilities
+            and not select_capabilities(kernel.cuda_capabilities, self.nvcc.version, narrowed)
+        ]
 
     def sections(self) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
         """The [kernel.*] sections compiled into this variant: its backend's, minus
@@ -257,11 +274,15 @@ def plan(
     )
     sections: dict[str, list[str]] = {}
     capabilities: list[str] = []
+    archs: list[str] = []
     if backend == "cuda":
         assert nvcc is not None  # a CUDA build without one was refused above
+        if cuda_capabilities:
+            _check_compilable(cuda_capabilities, nvcc.version)
         # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
         sections = section_capabilities(config, nvcc.version, cuda_capabilities, build_toml=kernel_dir / "build.toml")
-        capabilities = variant_archs(sections, nvcc.version, cuda_capabilities)
+        archs = variant_archs(sections)
+        capabilities = archs or select_capabilities(None, nvcc.version, cuda_capabilities)
     return BuildPlan(
         config=config,
         kernel_dir=kernel_dir,
@@ -270,9 +291,26 @@ def plan(
         nvcc=nvcc if backend == "cuda" else None,
         cxx=toolchain.cxx,
         capabilities=capabilities,
+        archs=archs,
         section_capabilities=sections,
         source_date_epoch=source_date_epoch,
     )
+
+
+def _check_compilable(capabilities: list[str], cuda_version: str) -> None:
+    """Refuse a capability this CUDA version's nvcc cannot compile (--cuda-capabilities 7.0 for
+    CUDA 13, whose nvcc starts at 7.5) before anything compiles: nvcc would stop at the first
+    file. A matrix row was checked against the same table when the matrix was read."""
+    toolkit = data.load("cuda_toolkits").get(cuda_version)
+    if not toolkit:
+        return  # a toolkit the table does not know: nvcc says what it cannot do
+    low, high = Version(toolkit["min_capability"]), Version(toolkit["max_capability"])
+    for capability in capabilities:
+        if not low <= Version(strip_ptx(capability).rstrip("af")) <= high:
+            raise ConfigError(
+                f"cuda capability {capability}: CUDA {cuda_version}'s nvcc compiles {low} to {high} "
+                "(--cuda-capabilities, or a matrix row)"
+            )
 
 
 @dataclass(frozen=True)
@@ -583,7 +621,7 @@ def build_variant(
             version=general.version,
             license=general.license,
             backend=plan.backend,
-            archs=plan.capabilities if plan.backend == "cuda" else None,
+            archs=plan.archs if plan.backend == "cuda" and plan.archs else None,
             kernel_git=git_state(plan.kernel_dir),
             python_depends=python_depends(plan.config, plan.backend),
             kernel_depends=kernel_depends(plan.config, plan.backend),

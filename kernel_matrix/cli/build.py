@@ -151,6 +151,15 @@ def build_native(
             markup=False,
             highlight=False,
         )
+    for name in plan.own_list_sections(capabilities):
+        console.print(
+            f"note: [kernel.{name}]: none of its cuda-capabilities is among --cuda-capabilities "
+            f"{','.join(capabilities or [])}: built for its own list ({' '.join(plan.section_capabilities[name])}), "
+            "as kernel-builder builds such a section",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(
         styled(
             (plan.variant.name, "bold"),

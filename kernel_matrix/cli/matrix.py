@@ -61,7 +61,7 @@ def matrix(
         run_check(matrix, console)
         return
     resolved = resolve(selection)
-    for warning in [*resolved.matrix.warnings, *resolved.unbuilt, *resolved.refusals]:
+    for warning in [*resolved.matrix.warnings, *resolved.idle, *resolved.refusals]:
         console.print(styled((warning, "yellow")), soft_wrap=True)
     cells = list(resolved.cells)
     event = GithubEvent.from_environment()
@@ -76,4 +76,5 @@ def matrix(
             write_github_output({"cells": text, "gpu_cells": gpu_text})
         return
     source = "kernel-matrix's default matrix (no build_matrix.yaml here)" if selection.uses_default else str(file)
-    stdout.print(render.cells_table(f"{source}: {len(cells)} cells (profile {profile})", cells))
+    count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
+    stdout.print(render.cells_table(f"{source}: {count} (profile {profile})", cells))

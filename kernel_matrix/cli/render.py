@@ -47,7 +47,8 @@ def cells_table(title: str, cells: Sequence[Cell]) -> Table:
             cell.image,
             cell.torch_index,
             ",".join(cell.build_runner),
-            ",".join(cell.test_runner),
+            # A CUDA cell its GPU runners cannot run (Cell.gpu_testable) has no GPU job.
+            ",".join(cell.test_runner) if cell.variant.backend != "cuda" or cell.gpu_testable else "-",
         )
     return table
 

@@ -96,6 +96,11 @@ def section_capabilities(
             # full list; the local narrowing replaces only the default list of sections with
             # none). Leaving it out would leave the binding's calls into it unresolved.
             chosen = select_capabilities(kernel.cuda_capabilities, cuda_version)
+        if not kernel.cuda_capabilities and chosen and not chosen[-1].endswith(PTX_SUFFIX):
+            # A section on the default list: kernel-builder's list ends "+PTX" (preamble.cmake,
+            # "12.1+PTX"), so its highest capability's PTX is embedded (gencode_flags) and its
+            # metadata.json archs say so: the loader then lets it run on later GPUs too.
+            chosen[-1] += PTX_SUFFIX
         if not chosen:
             raise EmptySection(
                 build_toml,
@@ -106,17 +111,17 @@ def section_capabilities(
     return sections
 
 
-def variant_archs(sections: dict[str, list[str]], cuda_version: str, narrowed: list[str] | None) -> list[str]:
-    """What a CUDA variant is compiled for, metadata.json's backend.archs: its sections'
-    capabilities together; with no CUDA section, the binding alone, for the defaults."""
-    archs = sorted({c for caps in sections.values() for c in caps}, key=capability_order)
-    return archs or select_capabilities(None, cuda_version, narrowed)
+def variant_archs(sections: dict[str, list[str]]) -> list[str]:
+    """What a CUDA variant's [kernel.*] sections are compiled for together: metadata.json's
+    backend.archs (kernel-builder's ALL_GPU_ARCHS, kernel.cmake). Empty with no CUDA section:
+    kernel-builder writes no archs then (build-variants.cmake), and the loader checks none."""
+    return sorted({c for caps in sections.values() for c in caps}, key=capability_order)
 
 
 def runs_on(archs: list[str], capability: tuple[int, int]) -> bool:
     """Whether the `kernels` loader lets a variant of these archs load on a GPU of this
     capability ((9, 0)): its check_arch rule (kernels/archs.py, `_cuda_arch_supports`),
-    which tests/test_capabilities.py compares with the installed loader's.
+    which tests/test_cell_archs.py compares with the installed loader's.
     "9.0a" runs on 9.0 only; "10.0f" on 10.x from 10.0; "8.0+PTX" on 8.0 and anything
     newer (its PTX is JIT-compiled); plain "8.0" on 8.x from 8.0. No archs, or none in a
     format the loader knows: it does not refuse."""

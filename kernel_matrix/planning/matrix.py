@@ -66,9 +66,10 @@ class Cell:
 
     @property
     def gpu_testable(self) -> bool:
-        """A CUDA cell, unless the GPU runners' declared capability runs none of its
-        archs: the loader would refuse the variant there (kernels' check_arch)."""
-        if self.variant.backend != "cuda":
+        """A CUDA cell, unless its build will refuse it, or the GPU runners' declared
+        capability runs none of its archs: the loader would refuse the variant there
+        (kernels' check_arch)."""
+        if self.variant.backend != "cuda" or self.refusal:  # no variant to test: its build fails
             return False
         if self.gpu_test_capability is None or not self.archs:
             return True
@@ -409,8 +410,9 @@ def select(
     variants: Iterable[str] = (),
     machine: Machine | None = None,
 ) -> list[Cell]:
-    """The cells of a profile, narrowed by --only and --variant; refuses empty or oversized
-    selections. machine: what the `local` profile selects for (toolchain.this_machine())."""
+    """The cells of a profile, narrowed by --only and --variant; refuses an empty selection
+    (GitHub's job limit is Resolved.github_matrix's). machine: what the `local` profile
+    selects for (toolchain.this_machine())."""
     cells = matrix.cells
     if profile == "pr":
         cells = _pr_profile(cells)

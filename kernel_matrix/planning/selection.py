@@ -106,6 +106,10 @@ def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
     return list(cells.values())
 
 
+def _no_cell(kernel: Kernel, reason: str) -> str:
+    return f"{reason}, so {kernel.name} has no cell to build"
+
+
 def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
     """What the kernel's variant of this cell is compiled for, as its build computes it
     (() for a CPU cell), or why that build will refuse it: a section none of whose
@@ -118,7 +122,7 @@ def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
         sections = section_capabilities(kernel.config, cuda, narrowed, build_toml=kernel.dir / "build.toml")
     except EmptySection as refusal:
         return (), f"{refusal.build_toml}: warning: {refusal.problem}"
-    return tuple(variant_archs(sections, cuda, narrowed)), None
+    return tuple(variant_archs(sections)), None
 
 
 def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
@@ -135,7 +139,10 @@ def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
         if template is None:
             continue
         variant = dataclasses.replace(template.variant, backend=backend, noarch=True)
-        cells.append(dataclasses.replace(template, variant=variant, kernel=kernel.name, capabilities=()))
+        # What its metadata.json declares: [torch-noarch] cuda-capabilities, for torch-cuda.
+        noarch = kernel.config.torch_noarch
+        archs = tuple(noarch.cuda_capabilities or ()) if noarch and backend == "cuda" else ()
+        cells.append(dataclasses.replace(template, variant=variant, kernel=kernel.name, capabilities=(), archs=archs))
     return cells
 
 
@@ -184,7 +191,7 @@ class Selection:
             # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
             for kernel in kernels:
                 if reason := kernel.config.unbuilt():
-                    raise ConfigError(f"{kernel.dir / 'build.toml'}: {reason}, so {kernel.name} has no cell to build")
+                    raise ConfigError(f"{kernel.dir / 'build.toml'}: {_no_cell(kernel, reason)}")
             names = ", ".join(k.name for k in kernels)
             raise ConfigError(
                 f"the selection has no cell of {names} (profile {self.profile}"
@@ -276,14 +283,18 @@ class Resolved:
         return work
 
     @property
-    def unbuilt(self) -> list[str]:
-        """One line per kernel of the matrix that kernel-matrix builds no variant of (Metal or
-        ROCm only): the others' cells are planned, and these would vanish without a word."""
-        return [
-            f"{kernel.dir / 'build.toml'}: warning: {reason}, so {kernel.name} has no cell to build"
-            for kernel in self.kernels
-            if (reason := kernel.config.unbuilt())
-        ]
+    def idle(self) -> list[str]:
+        """One line per kernel of the matrix without a cell in it: one kernel-matrix builds no
+        variant of (Metal or ROCm only), or whose torch/CUDA ranges miss the matrix's grid. The
+        others' cells are planned, and these would vanish from CI without a word."""
+        lines = []
+        for kernel in self.kernels:
+            if reason := kernel.config.unbuilt():
+                lines.append(f"{kernel.dir / 'build.toml'}: warning: {_no_cell(kernel, reason)}")
+            elif not kernel_cells(kernel, self.matrix.cells):
+                reason = f"its backends and torch/CUDA ranges leave none of {self.matrix.path}'s cells"
+                lines.append(f"{kernel.dir / 'build.toml'}: warning: {_no_cell(kernel, reason)}")
+        return lines
 
     @property
     def refusals(self) -> list[str]:
@@ -297,15 +308,17 @@ class Resolved:
         lines = []
         for refusal, cells in refused.items():
             kernel = self.kernel(cells[0])
-            # The lowest CUDA version the kernel's other cells build: a minver that leaves these out.
             refused_cuda = {Version(c.variant.cuda or "0") for c in cells}
-            built = [Version(c.variant.cuda or "0") for c in self.cells_of(kernel) if c.variant.cuda and not c.refusal]
-            above = [v for v in built if v > max(refused_cuda)]
-            advice = (
-                f'general.cuda.minver = "{min(above)}" leaves them out'
-                if above
-                else "no CUDA version of the selection builds it"
-            )
+            built = {Version(c.variant.cuda or "0") for c in self.cells_of(kernel) if c.variant.cuda and not c.refusal}
+            # The general.cuda bound that leaves these out and keeps the CUDA versions that build it.
+            if built and min(built) > max(refused_cuda):
+                advice = f'general.cuda.minver = "{min(built)}" leaves them out'
+            elif built and max(built) < min(refused_cuda):
+                advice = f'general.cuda.maxver = "{max(built)}" leaves them out'
+            elif built:
+                advice = "the section's cuda-minver or its cuda-capabilities decide which CUDA versions build it"
+            else:
+                advice = "no CUDA version of the selection builds it"
             lines.append(
                 f"{refusal}: {len(cells)} cell(s) of {kernel.name} will fail to build "
                 f"({', '.join(c.name for c in cells[:3])}{', ...' if len(cells) > 3 else ''}); {advice}"
