@@ -213,6 +213,27 @@ def test_init_leaves_out_the_kernels_it_cannot_build_and_says_why(tmp_path):
     assert [line.split(":")[1].strip() for line in result.stderr.splitlines()[1:]] == ["gray-metal", "gray-tvm"]
 
 
+def test_init_leaves_out_a_second_kernel_of_one_name_and_one_outside_the_grid(tmp_path):
+    """huggingface/kernel-builder's examples: two folders named relu (a matrix holds one), and
+    one whose [torch] range allows no torch of the grid. A kernel of its own folder that init
+    cannot set up is refused, nothing written."""
+    img2gray_as(tmp_path / "a", "gray")
+    img2gray_as(tmp_path / "b", "gray")
+    img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nminver = "2.9"\nmaxver = "2.9"\n')
+    result = init(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == ["a/gray"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("note: ")] == [
+        "note: b/gray: left out of build_matrix.yaml: a second kernel named 'gray' (the first: a/gray)",
+        "note: gray-old: left out of build_matrix.yaml: [torch] minver/maxver (2.9..2.9) allow none of the "
+        "default torch minors (2.11, 2.12, 2.13, 2.14)",
+    ]
+    result = init(cwd=tmp_path / "gray-old")
+    assert result.returncode == 2 and list((tmp_path / "gray-old").glob("build_matrix.yaml")) == []
+    assert result.stderr.startswith("error: build.toml: [torch] minver/maxver (2.9..2.9) allow none of")
+    assert result.stderr.count("\n") == 1
+
+
 def test_matrix_names_a_kernel_of_the_matrix_it_builds_no_variant_of(tmp_path):
     img2gray_as(tmp_path, "gray")
     img2gray_as(tmp_path, "gray-metal", 'backends = ["cpu", "cuda"]', 'backends = ["metal"]')
@@ -224,6 +245,14 @@ def test_matrix_names_a_kernel_of_the_matrix_it_builds_no_variant_of(tmp_path):
     assert result.stderr.splitlines() == [
         "gray-metal/build.toml: warning: general.backends ['metal']: kernel-matrix builds cpu "
         "and cuda kernels, so gray-metal has no cell to build"
+    ]
+    # A kernel whose torch range misses the grid: named too, not dropped silently.
+    img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nminver = "2.9"\nmaxver = "2.9"\n')
+    matrix.write_text(matrix.read_text().replace("kernels: [gray, gray-metal]", "kernels: [gray, gray-old]"))
+    result = kernel_matrix("matrix", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr.splitlines() == [
+        "gray-old/build.toml: warning: its backends and torch/CUDA ranges leave none of build_matrix.yaml's "
+        "cells, so gray-old has no cell to build"
     ]
 
 

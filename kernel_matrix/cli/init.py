@@ -120,10 +120,14 @@ def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[t
     """(folder relative to directory, its build.toml) for the kernel in directory, or
     else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml; and,
     below it, the folders left out with why: a build.toml kernel-matrix refuses (its
-    first line) or a kernel it builds no variant of. A kernel in directory itself is
-    refused as its build.toml is."""
+    first line), a kernel it builds no variant of (its backends, or a torch range outside
+    the default grid), a second kernel of one name. A kernel in directory itself is
+    refused for the same reasons."""
     if (directory / "build.toml").is_file():
-        return [(".", load_build_toml(directory))], []
+        config = load_build_toml(directory)
+        if reason := config.unbuilt() or _outside_the_grid(config):
+            raise ConfigError(f"{directory / 'build.toml'}: {reason}: init has nothing to set up (nothing written)")
+        return [(".", config)], []
     found: list[tuple[str, BuildConfig]] = []
     left_out: list[tuple[str, str]] = []
     for root, folders, files in os.walk(directory):
@@ -139,8 +143,11 @@ def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[t
                 more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
                 left_out.append((folder, lines[0] + more))
                 continue
-            if reason := config.unbuilt():
+            namesake = next((f for f, c in found if c.general.name == config.general.name), None)
+            if reason := config.unbuilt() or _outside_the_grid(config):
                 left_out.append((folder, reason))
+            elif namesake is not None:  # one matrix cannot hold two kernels of one name
+                left_out.append((folder, f"a second kernel named {config.general.name!r} (the first: {namesake})"))
             else:
                 found.append((folder, config))
             continue
@@ -165,25 +172,29 @@ def default_spec() -> dict[str, Any]:
     return spec
 
 
+def _allowed(minor: str, config: BuildConfig) -> bool:
+    """Whether the kernel's [torch] minver/maxver allow this torch minor."""
+    low, high = (config.torch.minver, config.torch.maxver) if config.torch else (None, None)
+    return not (low and Version(minor) < Version(low)) and not (high and Version(minor) > Version(high))
+
+
+def _outside_the_grid(config: BuildConfig) -> str | None:
+    """Why the default grid has no torch for this kernel ([torch] minver/maxver), or None."""
+    grid: dict[str, Any] = default_spec()["torch"]
+    if config.torch is None or any(_allowed(minor, config) for minor in grid):
+        return None
+    return (
+        f"[torch] minver/maxver ({config.torch.minver or '-'}..{config.torch.maxver or '-'}) allow none of the "
+        f"default torch minors ({', '.join(grid)})"
+    )
+
+
 def torch_minors(kernels: list[tuple[str, BuildConfig]]) -> dict[str, Any]:
     """The default grid's torch minors that at least one kernel's [torch] minver/maxver
     allows (each kernel then takes its own range of them, as kernel-builder does)."""
     grid: dict[str, Any] = default_spec()["torch"]
-
-    def allowed(minor: str, config: BuildConfig) -> bool:
-        low, high = (config.torch.minver, config.torch.maxver) if config.torch else (None, None)
-        return not (low and Version(minor) < Version(low)) and not (high and Version(minor) > Version(high))
-
-    minors = {minor: cudas for minor, cudas in grid.items() if any(allowed(minor, c) for _, c in kernels)}
-    if not minors:
-        ranges = ", ".join(
-            f"{name}: {c.torch.minver or '-'}..{c.torch.maxver or '-'}" for name, c in kernels if c.torch
-        )
-        raise ConfigError(
-            f"build.toml's [torch] minver/maxver ({ranges}) allow none of the default torch minors "
-            f"({', '.join(grid)}): write build_matrix.yaml's torch: yourself"
-        )
-    return minors
+    # Never empty: find_kernels left out the kernels whose range allows none of them.
+    return {minor: cudas for minor, cudas in grid.items() if any(_allowed(minor, c) for _, c in kernels)}
 
 
 def _block(data: dict[str, Any], indent: int = 0, *, flow: bool = False) -> str:

@@ -23,7 +23,12 @@ from kernel_matrix.errors import EngineError
 if TYPE_CHECKING:
     from docker.models.containers import Container as ContainerHandle
 
-START_HINT = 'start one with `eval "$(scripts/docker-engine start)"` (or point DOCKER_HOST at a running engine)'
+# The installed package has no engine starter (kernel-matrix's own repository has
+# scripts/docker-engine for its tests): start the system's Docker, or point DOCKER_HOST at one.
+START_HINT = (
+    "start Docker (`sudo systemctl start docker`, or Docker Desktop) or point DOCKER_HOST at a running engine; "
+    'in a checkout of kernel-matrix, `eval "$(scripts/docker-engine start)"` starts one'
+)
 # Who builds in a container when the caller is root: nobody, so that a build
 # (which runs whatever its kernel's flags say) has no root in the container either.
 UNPRIVILEGED = (65534, 65534)
