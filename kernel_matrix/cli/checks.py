@@ -111,7 +111,8 @@ def check_abi(
     variant_dir = resolve_variant_dir(variant, build_dir)
     if NOARCH_VARIANT.match(variant_dir.name) and not any(variant_dir.glob("*.so")):
         # kernel-builder checks compiled variants only: a Python-only one has nothing to check.
-        console.print(styled(("passed", "green"), f" {variant_dir.name}: Python only, no library to check"))
+        line = styled(("passed", "green"), f" {variant_dir.name}: Python only, no library to check")
+        console.print(line, soft_wrap=True)
         return
     reports = abi_reports(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
