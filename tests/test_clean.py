@@ -25,6 +25,12 @@ def _project(tmp_path):
         f"build/.{KEPT_VARIANT}.staging-abc123/partial.so": "half a build",
         "build/logs/x.log": "log",
         "build/notes.txt": "not ours to judge",
+        # A kernel the matrix no longer names (removed, or renamed): its build folder is stale.
+        f"build/gone-kernel/{KEPT_VARIANT}/metadata.json": "{}",
+        "build/gone-kernel/logs/x.log": "log",
+        # A folder of the user's that holds a variant and something else: not ours to judge.
+        f"build/mine/{KEPT_VARIANT}/metadata.json": "{}",
+        "build/mine/notes.txt": "mine",
     }
     for name, text in files.items():
         path = project / name
@@ -56,6 +62,7 @@ def test_dry_run_lists_and_removes_nothing(tmp_path):
             "tests/.pytest_cache",
             f"build/{STALE_VARIANT}",
             f"build/.{KEPT_VARIANT}.staging-abc123",
+            "build/gone-kernel",
             "build/logs",
         ]
     )
@@ -68,6 +75,8 @@ def test_clean_removes_artifacts_only(tmp_path):
     assert result.returncode == 0, result.stderr
     assert _all_files(project) == sorted(
         [
+            "build/mine/notes.txt",
+            f"build/mine/{KEPT_VARIANT}/metadata.json",
             "build/notes.txt",
             f"build/{KEPT_VARIANT}/metadata.json",
             "build_matrix.yaml",

@@ -273,8 +273,14 @@ def wheels(
     resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
     selected = bool(profile or only or variant)
     work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
+    names = ", ".join(k.name for k in resolved.kernels)
+    if all(k.config.noarch for k in resolved.kernels):
+        raise ConfigError(
+            f"{names}: Python only ([torch-noarch]): a legacy wheel is per torch and CUDA build, made of compiled "
+            "variants only; the torch-<backend> folder is what `kernels` loads"
+        )
     if not work:
-        raise BuildError(f"no compiled variant of {file} is built in {build_dir}: run kernel-matrix build first")
+        raise BuildError(f"no compiled variant of {names} is built in {build_dir}: run kernel-matrix build first")
     results = build_wheels(
         work,
         image_kind=_image_kind(image, profile, resolved.matrix),

@@ -99,11 +99,13 @@ def find_artifacts(
                 continue
             relative = entry.relative_to(build).as_posix()
             stale_variant = is_built(entry) and relative not in keep_variants
+            # build/<kernel>/ of a kernel the matrix no longer names (removed or renamed): its variants
+            stale_kernel = top and entry.is_dir() and not is_built(entry) and _holds_variants_only(entry)
             leftover = entry.name.startswith(".") and any(
                 part in entry.name for part in (".staging-", ".old-", ".container-")
             )
             # logs, and the compiled-object cache (the next build fills it again).
-            if stale_variant or leftover or entry.name in (LOGS, CACHE):
+            if stale_variant or stale_kernel or leftover or entry.name in (LOGS, CACHE):
                 found.append(entry)
 
     walk(root)
@@ -111,6 +113,15 @@ def find_artifacts(
     if build.is_dir() and build.is_relative_to(root):
         build_outputs(build, top=True)
     return [p for p in found if not _holds_tracked(p, root, tracked)]
+
+
+def _holds_variants_only(folder: Path) -> bool:
+    """A kernel's build folder as builds leave it: built variants, and its logs and
+    staging leftovers; nothing else (a folder of the user's is never taken for one)."""
+    entries = [e for e in folder.iterdir() if not e.is_symlink()]
+    return any(is_built(e) for e in entries) and all(
+        is_built(e) or e.name in (LOGS, CACHE) or e.name.startswith(".") for e in entries
+    )
 
 
 def remove(paths: list[Path]) -> None:
