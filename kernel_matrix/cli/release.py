@@ -98,7 +98,7 @@ def clean(
     file: MatrixFileOption = Path("build_matrix.yaml"),
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
 ) -> None:
-    """Remove development artifacts, and variants in build/ that the matrix no longer names."""
+    """Remove development artifacts, and the variants (or kernels' build folders) the matrix no longer names."""
     from kernel_matrix.planning.selection import Selection
     from kernel_matrix.releasing.clean import find_artifacts, project_root, remove
 
