@@ -77,8 +77,7 @@ def run_kernel_tests(
     the kernel marks CI tests (`kernels_ci`), only those run. None collected is
     a pass, as upstream's CI takes it. A CUDA variant with no code for the GPU the tests
     would run on (the loader refuses it there) is skipped, saying so; one with no GPU to
-    run on gets a note (say). Returns what ran;
-    raises TestFailure if it failed."""
+    run on gets a note (say). Returns what ran; raises TestFailure if it failed."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
     tests = kernel_dir / "tests"
