@@ -85,3 +85,25 @@ def test_clean_removes_artifacts_only(tmp_path):
         ]
     )
     assert (outside / "keep.pyc").is_file() and (project / "src" / "link").is_symlink()
+
+
+def test_clean_with_kernel_dir_knows_the_variants_of_that_kernel(tmp_path):
+    """`build --kernel-dir K` from a project without a matrix file: `clean --kernel-dir K` there
+    keeps K's variants (of the default matrix) and removes the others."""
+    from conftest import KERNEL_DIR
+
+    project = tmp_path / "project"
+    for name in (KEPT_VARIANT, STALE_VARIANT):
+        (project / "build" / name).mkdir(parents=True)
+        (project / "build" / name / "metadata.json").write_text("{}")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    result = kernel_matrix("clean", "--kernel-dir", str(KERNEL_DIR), "--dry-run", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"would remove build/{STALE_VARIANT}"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    result = kernel_matrix("clean", "--kernel-dir", str(KERNEL_DIR), cwd=outside)
+    assert result.returncode == 2 and result.stderr == (
+        f"error: {outside}: clean acts only on a project inside a git checkout (the matrix file's folder), and "
+        "this folder is not in one (nothing removed)\n"
+    )

@@ -96,6 +96,7 @@ def _print_plan(plan: Plan, *, dry_run: bool) -> None:
 def clean(
     build_dir: BuildDirOption = Path("build"),
     file: MatrixFileOption = Path("build_matrix.yaml"),
+    kernel_dir: KernelDirOption = None,
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,
 ) -> None:
     """Remove development artifacts, and the variants (or kernels' build folders) the matrix no longer names."""
@@ -103,7 +104,7 @@ def clean(
     from kernel_matrix.releasing.clean import find_artifacts, project_root, remove
 
     root = project_root(file, build_dir)  # first: nothing is read from a folder clean may not act on
-    resolved = Selection(file).resolve()
+    resolved = Selection(file, kernel_dir=kernel_dir).resolve()  # --kernel-dir: what `build --kernel-dir` built
     keep = {resolved.build_dir(build_dir, resolved.kernel(c)).relative(c.name) for c in resolved.cells}
     kernel_folders = {k.name for k in resolved.kernels} if resolved.several else set()
     paths = find_artifacts(root, build_dir, keep, kernel_folders)

@@ -26,8 +26,8 @@ def project_root(matrix_file: Path, build_dir: Path) -> Path:
     listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=False)
     if listed.returncode != 0:
         raise ConfigError(
-            f"{matrix_file}: clean acts only on a project inside a git checkout, and {root} is not in one "
-            "(nothing removed)"
+            f"{root}: clean acts only on a project inside a git checkout (the matrix file's folder), and this "
+            "folder is not in one (nothing removed)"
         )
     build = build_dir.resolve()
     if not build.is_relative_to(root) or build == root:
