@@ -106,3 +106,18 @@ def test_wheels_of_a_python_only_kernel_say_there_are_none_to_make(tmp_path):
         "error: silu: Python only ([torch-noarch]): a legacy wheel is per torch and CUDA build, made of compiled "
         "variants only; the torch-<backend> folder is what `kernels` loads\n"
     )
+
+
+def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(tmp_path):
+    from conftest import img2gray_as
+
+    kernel = img2gray_as(tmp_path, "gray")  # copied without its tests/
+    (kernel / "test").mkdir()
+    variant = tmp_path / "build" / "torch214-cxx11-cpu-x86_64-linux"
+    variant.mkdir(parents=True)
+    (variant / "metadata.json").write_text('{"id": "_gray_cpu_0", "backend": {"type": "cpu"}}')
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        f"passed {variant.name}: gray has no tests/: nothing to run; {kernel / 'test'} is there, not read"
+    )

@@ -80,10 +80,12 @@ def run_kernel_tests(
     run on gets a note (say). Returns what ran; raises TestFailure if it failed."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
+    config = load_build_toml(kernel_dir)
     tests = kernel_dir / "tests"
     if not tests.is_dir():
-        return Outcome(f"{kernel_dir.name} has no tests/: nothing to run")
-    config = load_build_toml(kernel_dir)
+        # kernel-builder's layout (and its CI) name the folder tests/; say so where another is there.
+        other = f"; {kernel_dir / 'test'} is there, not read" if (kernel_dir / "test").is_dir() else ""
+        return Outcome(f"{config.general.name} has no tests/: nothing to run{other}")
     repo_id = hub_repo_id(config)
     marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
     metadata = json.loads((variant_dir / METADATA).read_text())
