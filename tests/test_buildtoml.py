@@ -52,6 +52,13 @@ CASES = [
     ),
     ("bad name", 'name = "img2gray"', 'name = "Img2Gray!"', 'name = "Img2Gray!"', "'general.name'"),
     ("malformed TOML", "[torch]", "[torch", "[torch", "invalid TOML"),
+    (
+        "a Hub branch that is a path",
+        'repo-id = "kernel-matrix/img2gray"',
+        'repo-id = "kernel-matrix/img2gray"\nbranch = "../main"',
+        'branch = "../main"',
+        "'general.hub.branch' = '../main'",
+    ),
 ]
 
 

@@ -281,3 +281,34 @@ def test_lfs_files_are_compared_by_their_sha256(tmp_path):
 
     plan = hub.make_plan(Api(), "org/k", "v1", list(files.values()))
     assert not plan.has_changes and len(plan.unchanged) == 2
+
+
+def test_a_hub_branch_in_build_toml_is_where_the_release_goes(release_dir, hub, token, tmp_path):
+    """[general.hub] branch (kernels-community/sonic-moe's "ep-support"): kernel-builder's upload
+    writes that branch, never v<version>, which users load with version=N."""
+    import shutil
+
+    kernel = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = kernel / "build.toml"
+    toml.write_text(toml.read_text().replace("[general.hub]\n", '[general.hub]\nbranch = "ep-support"\n'))
+    environment = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HUB_DISABLE_XET": "1"}
+    environment.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    result = kernel_matrix(
+        "publish",
+        "--kernel-dir",
+        str(kernel),
+        "--build-dir",
+        str(release_dir / "build"),
+        "--file",
+        str(release_dir / "build_matrix.yaml"),
+        "--manylinux",
+        "none",
+        cwd=release_dir,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"{REPO_ID}@ep-support" in result.stdout + result.stderr
+    assert any(p.startswith("build/") for p in hub.files(REPO_ID, "ep-support"))
+    with pytest.raises(KeyError):  # no v1 branch was made
+        hub.files(REPO_ID, BRANCH)

@@ -41,7 +41,8 @@ def publish(
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
     manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = MANYLINUX,
 ) -> None:
-    """Publish each kernel's built variants to branch v<version> of its Hub repo, in one commit per kernel.
+    """Publish each kernel's built variants to branch v<version> of its Hub repo (or [general.hub] branch),
+    in one commit per kernel.
 
     Every kernel's release is checked (complete, digests, ABI) before any is published."""
     from huggingface_hub import HfApi
@@ -59,7 +60,8 @@ def publish(
     api = HfApi()
     for target, release in releases:
         config = release.config
-        branch = f"v{config.general.version}"
+        # kernel-builder's upload: [general.hub] branch where build.toml names one, else v<version>.
+        branch = config.general.hub.branch or f"v{config.general.version}"
         if dry_run:
             _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
             continue

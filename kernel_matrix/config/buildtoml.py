@@ -53,7 +53,9 @@ Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
 
 class Hub(Section):
     repo_id: str | None = None
-    branch: str | None = None
+    # The Hub branch publish writes instead of v<version> (kernel-builder's upload): a branch
+    # name (the Hub refuses others), never a path ("..") or an option ("-").
+    branch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9_/-]|\.[A-Za-z0-9_/-]|\.$){0,199}$")
 
 
 class KernelDependency(Section):
