@@ -242,3 +242,27 @@ def test_the_warning_names_the_maxver_where_the_newest_cuda_versions_refuse_a_se
     # A line per CUDA version that refuses it (CUDA 13 compiles 7.5 and up), each with the bound.
     assert [w.split("can be built with CUDA ")[1][:4] for w in warnings] == ["13.0", "13.2"], result.stderr
     assert all(w.endswith('; general.cuda.maxver = "12.8" leaves them out') for w in warnings)
+
+
+def test_the_warnings_bound_comes_from_the_whole_matrix_not_the_selection(tmp_path):
+    """The pr profile plans CUDA 12.6 (refused) and 13.2 for the newest torch: the bound that
+    leaves 12.6 out is still 12.8, which the full profile builds."""
+    kernel = blackwell_only(tmp_path)
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel), "--profile", "pr")
+    warnings = [line for line in result.stderr.splitlines() if "will fail to build" in line]
+    assert warnings and all(w.endswith('general.cuda.minver = "12.8" leaves them out') for w in warnings)
+
+
+def test_a_kernel_the_selection_leaves_without_a_cell_is_named(tmp_path):
+    img2gray_as(tmp_path, "gray")
+    img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nmaxver = "2.12"\n')
+    matrix = tmp_path / "build_matrix.yaml"
+    matrix.write_text(
+        (KERNEL_DIR.parent / "build_matrix.yaml").read_text().replace("kernel: kernel", "kernels: [gray, gray-old]")
+    )
+    assert "gray-old" not in kernel_matrix("matrix", cwd=tmp_path).stderr  # the full profile has its cells
+    result = kernel_matrix("matrix", "--profile", "pr", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr.splitlines() == [
+        "gray-old/build.toml: warning: its backends and torch/CUDA ranges leave none of this selection's cells: "
+        "gray-old is not built or tested here"
+    ]

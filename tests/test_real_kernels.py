@@ -49,6 +49,17 @@ def test_a_ptx_capability_serves_later_majors_and_keeps_its_suffix():
     assert select_capabilities(["9.0a+PTX"], "13.0", ["9.0"]) == ["9.0a+PTX"]
 
 
+def test_an_architecture_specific_capability_takes_its_target_only():
+    """kernel-builder's cuda_archs_loose_intersection (utils.cmake): "9.0a" takes the 9.0
+    target, and the plain "9.0+PTX" beside it still serves the later ones through its PTX
+    (before, the 9.0a dropped it: sm_90a only, no PTX, and archs without 9.0+PTX)."""
+    assert select_capabilities(["9.0a", "9.0+PTX"], "13.0") == ["9.0+PTX", "9.0a"]
+    assert select_capabilities(["10.0a", "10.0f"], "13.0") == ["10.0a", "10.0f"]  # both take 10.0
+    assert select_capabilities(["10.0f", "9.0"], "13.0", ["9.0", "10.0", "10.3"]) == ["9.0", "10.0f"]
+    # An empty list is the defaults, as kernel-builder's template reads it ({% if cuda_capabilities %}).
+    assert select_capabilities([], "13.0") == select_capabilities(None, "13.0")
+
+
 def test_a_ptx_capability_embeds_its_ptx_even_below_the_highest():
     assert gencode_flags(["8.0+PTX", "9.0"]) == [
         "-gencode=arch=compute_80,code=sm_80",

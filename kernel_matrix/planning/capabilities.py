@@ -30,40 +30,42 @@ def default_capabilities(cuda_version: str, table: list[dict[str, Any]] | None =
 def select_capabilities(requested: list[str] | None, cuda_version: str, defaults: list[str] | None = None) -> list[str]:
     """A [kernel.*] section's cuda-capabilities against the CUDA version's
     defaults (or the given ones: a matrix cell's), as kernel-builder's
-    `cuda_archs_loose_intersection` does it: for each default target, the
-    highest requested capability of the same major that is not above it
-    ("8.0" serves an 8.6 target; "9.0a" is kept where 9.0 is a target).
-    A "+PTX" capability ("9.0+PTX") also serves targets of later majors (its
-    PTX is JIT-compiled there) and keeps its suffix: gencode_flags embeds its PTX.
-    A target may be architecture-specific itself (--cuda-capabilities 9.0a):
-    requested capabilities are compared with its base (9.0).
-    No request: the defaults. Ascending; an empty result is returned as is
-    (the caller reports it against build.toml)."""
+    `cuda_archs_loose_intersection` (utils.cmake) does it:
+    - an architecture- or family-specific capability ("9.0a", "10.0f") whose base is a
+      target is kept, and takes that target;
+    - each other target gets the highest requested plain capability of the same major
+      that is not above it ("8.0" serves an 8.6 target); a "+PTX" capability
+      ("9.0+PTX") also serves targets of later majors (its PTX is JIT-compiled there)
+      and keeps its suffix: gencode_flags embeds its PTX.
+    A target may be architecture-specific itself (--cuda-capabilities 9.0a): its base
+    is what is compared. No request (or an empty one, as kernel-builder's template
+    reads it): the defaults. Never below what this CUDA version's nvcc compiles
+    (kernel-builder would pick 7.0 for a 7.5 target, which nvcc 13 cannot build).
+    Ascending; an empty result is returned as is (the caller reports it against build.toml)."""
     defaults = default_capabilities(cuda_version) if defaults is None else defaults
-    if requested is None:
+    if not requested:
         return sorted(set(defaults), key=capability_order)
     with_ptx = {strip_ptx(c) for c in requested if c.endswith(PTX_SUFFIX)}
-    requested = [strip_ptx(c) for c in requested]
-    chosen = set()
-    for target in defaults:
-        serving = [
-            c
-            for c in requested
-            if (_base(c).major == _base(target).major or c in with_ptx) and _base(c) <= _base(target)
-        ]
+    sources = list(dict.fromkeys(strip_ptx(c) for c in requested))
+    targets = list(dict.fromkeys(strip_ptx(t) for t in defaults))
+    chosen: list[str] = []
+    open_targets = list(targets)
+    for capability in [c for c in sources if c[-1] in "af"]:
+        sources.remove(capability)
+        taken = [t for t in targets if _base(t) == _base(capability)]
+        if taken:
+            open_targets = [t for t in open_targets if t not in taken]
+            chosen.append(capability)
+    sources.sort(key=Version)
+    for target in open_targets:
+        base = _base(target)
+        serving = [c for c in sources if Version(c) <= base and (c in with_ptx or Version(c).major == base.major)]
         if serving:
-            chosen.add(max(serving, key=capability_order))
-    # Never below what this CUDA version's nvcc compiles: kernel-builder would pick 7.0
-    # for a 7.5 target, which nvcc 13 cannot build.
+            chosen.append(serving[-1])
     toolkit = data.load("cuda_toolkits").get(cuda_version)
     if toolkit:
-        chosen = {c for c in chosen if _base(c) >= Version(toolkit["min_capability"])}
-    # Architecture-specific capabilities (9.0a, 10.0f) replace their plain target.
-    for capability in requested:
-        if capability[-1:] in ("a", "f") and _base(capability) in {_base(t) for t in defaults}:
-            chosen.discard(str(_base(capability)))
-            chosen.add(capability)
-    return sorted((c + PTX_SUFFIX if c in with_ptx else c for c in chosen), key=capability_order)
+        chosen = [c for c in chosen if _base(c) >= Version(toolkit["min_capability"])]
+    return sorted({c + PTX_SUFFIX if c in with_ptx else c for c in chosen}, key=capability_order)
 
 
 class EmptySection(ConfigError):

@@ -285,8 +285,9 @@ class Resolved:
     @property
     def idle(self) -> list[str]:
         """One line per kernel of the matrix without a cell in it: one kernel-matrix builds no
-        variant of (Metal or ROCm only), or whose torch/CUDA ranges miss the matrix's grid. The
-        others' cells are planned, and these would vanish from CI without a word."""
+        variant of (Metal or ROCm only), or whose torch/CUDA ranges miss the matrix's grid, or
+        this selection's (the pr profile's newest torch). The others' cells are planned, and
+        these would vanish from CI without a word."""
         lines = []
         for kernel in self.kernels:
             if reason := kernel.config.unbuilt():
@@ -294,6 +295,9 @@ class Resolved:
             elif not kernel_cells(kernel, self.matrix.cells):
                 reason = f"its backends and torch/CUDA ranges leave none of {self.matrix.path}'s cells"
                 lines.append(f"{kernel.dir / 'build.toml'}: warning: {_no_cell(kernel, reason)}")
+            elif not self.cells_of(kernel):  # e.g. the pr profile's newest torch is above its maxver
+                reason = f"its backends and torch/CUDA ranges leave none of this selection's cells: {kernel.name}"
+                lines.append(f"{kernel.dir / 'build.toml'}: warning: {reason} is not built or tested here")
         return lines
 
     @property
@@ -308,8 +312,10 @@ class Resolved:
         lines = []
         for refusal, cells in refused.items():
             kernel = self.kernel(cells[0])
-            refused_cuda = {Version(c.variant.cuda or "0") for c in cells}
-            built = {Version(c.variant.cuda or "0") for c in self.cells_of(kernel) if c.variant.cuda and not c.refusal}
+            # Bounds from the whole matrix, not this selection (the pr profile has one torch).
+            every = [c for c in kernel_cells(kernel, self.matrix.cells) if c.variant.cuda]
+            refused_cuda = {Version(c.variant.cuda or "0") for c in every if c.refusal}
+            built = {Version(c.variant.cuda or "0") for c in every if not c.refusal}
             # The general.cuda bound that leaves these out and keeps the CUDA versions that build it.
             if built and min(built) > max(refused_cuda):
                 advice = f'general.cuda.minver = "{min(built)}" leaves them out'
