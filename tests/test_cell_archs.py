@@ -266,3 +266,26 @@ def test_a_kernel_the_selection_leaves_without_a_cell_is_named(tmp_path):
         "gray-old/build.toml: warning: its backends and torch/CUDA ranges leave none of this selection's cells: "
         "gray-old is not built or tested here"
     ]
+
+
+def test_a_family_specific_capability_is_refused_before_cuda_12_9(tmp_path):
+    """nvcc 12.8 compiles no sm_100f (family-specific targets came with CUDA 12.9): its cells
+    are warned of, and its build refuses the section in one line, not at nvcc's first file."""
+    kernel = img2gray_as(
+        tmp_path,
+        "gray-family",
+        'cuda-capabilities = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]',
+        'cuda-capabilities = ["10.0f"]',
+    )
+    cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    assert {c["cuda"]: c["archs"] for c in cells if c["backend"] == "cuda"} == {
+        "12.6": [],
+        "12.8": [],
+        "13.0": ["10.0f"],
+        "13.2": ["10.0f"],
+    }
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel))
+    assert (
+        "[kernel.img2gray_cuda]: cuda-capabilities ['10.0f'] are family-specific, which CUDA 12.8's nvcc cannot "
+        "compile (CUDA 12.9 and later can)" in result.stderr
+    )

@@ -68,8 +68,9 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
     return sorted({c + PTX_SUFFIX if c in with_ptx else c for c in chosen}, key=capability_order)
 
 
-class EmptySection(ConfigError):
-    """A [kernel.*] section none of whose cuda-capabilities this CUDA version builds."""
+class UnbuildableSection(ConfigError):
+    """A [kernel.*] section this CUDA version's nvcc cannot build: none of its
+    cuda-capabilities, or a family-specific one before CUDA 12.9."""
 
     def __init__(self, build_toml: Path, problem: str) -> None:
         super().__init__(f"{build_toml}: {problem}")
@@ -82,7 +83,7 @@ def section_capabilities(
     """Each CUDA [kernel.*] section's capabilities when built with CUDA cuda_version
     (the nvcc's: what it can compile decides), narrowed (--cuda-capabilities, a matrix
     row) or not. A section whose cuda-minver is above that CUDA is left out, as
-    kernel-builder leaves it. Raises EmptySection, naming build_toml."""
+    kernel-builder leaves it. Raises UnbuildableSection, naming build_toml."""
     from kernel_matrix.config.buildtoml import CudaKernel
 
     sections: dict[str, list[str]] = {}
@@ -104,10 +105,19 @@ def section_capabilities(
             # metadata.json archs say so: the loader then lets it run on later GPUs too.
             chosen[-1] += PTX_SUFFIX
         if not chosen:
-            raise EmptySection(
+            raise UnbuildableSection(
                 build_toml,
                 f"[kernel.{name}]: none of cuda-capabilities {kernel.cuda_capabilities} can be built with "
                 f"CUDA {cuda_version}",
+            )
+        family = [c for c in chosen if strip_ptx(c).endswith("f")]
+        toolkit = data.load("cuda_toolkits").get(cuda_version)
+        if family and toolkit and not toolkit.get("family_specific"):
+            # nvcc stops at the first file (kernel-builder's build fails there too): say so now.
+            raise UnbuildableSection(
+                build_toml,
+                f"[kernel.{name}]: cuda-capabilities {family} are family-specific, which CUDA {cuda_version}'s "
+                "nvcc cannot compile (CUDA 12.9 and later can)",
             )
         sections[name] = chosen
     return sections

@@ -32,7 +32,7 @@ from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.layout import BuildDir
-from kernel_matrix.planning.capabilities import EmptySection, section_capabilities, variant_archs
+from kernel_matrix.planning.capabilities import UnbuildableSection, section_capabilities, variant_archs
 from kernel_matrix.planning.matrix import (
     GITHUB_MATRIX_LIMIT,
     Cell,
@@ -120,7 +120,7 @@ def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
     narrowed = list(cell.capabilities)
     try:
         sections = section_capabilities(kernel.config, cuda, narrowed, build_toml=kernel.dir / "build.toml")
-    except EmptySection as refusal:
+    except UnbuildableSection as refusal:
         return (), f"{refusal.build_toml}: warning: {refusal.problem}"
     return tuple(variant_archs(sections)), None
 
