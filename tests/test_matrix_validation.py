@@ -84,6 +84,12 @@ BAD_FILES = [
         "CUDA 13.0 cannot compile capability 7.0",
     ),
     (
+        "a capability table with no row for a CUDA version the matrix builds",
+        GOOD + 'cuda-capabilities:\n  - min-cuda: "13.0"\n    capabilities: ["9.0"]\n',
+        5,
+        "no row covers CUDA 12.6, which the matrix builds (the lowest min-cuda is 13.0)",
+    ),
+    (
         "torch-index pypi for a non-PyPI build",
         GOOD + "torch-index: pypi\n",
         5,

@@ -382,6 +382,13 @@ def _check_capabilities(
                         f"CUDA {cuda} cannot compile capability {capability} (its nvcc supports {low} to {high})",
                     )
             break
+        else:  # no row for this CUDA version: its cells would be built for no capability at all
+            lowest = min((row.min_cuda for row in spec.cuda_capabilities), key=Version, default=None)
+            problems.add(
+                ("cuda-capabilities",),
+                f"no row covers CUDA {cuda}, which the matrix builds (the lowest min-cuda is {lowest}): "
+                f'add a row with min-cuda "{cuda}" or lower',
+            )
 
 
 def _loader_warnings(path: Path, located: Located, cells: list[Cell]) -> list[str]:
