@@ -82,6 +82,20 @@ def img2gray_as(root: Path, name: str, *edit: str) -> Path:
     return folder
 
 
+def noarch_kernel(root: Path, name: str, backends: str, *, general: str = "", noarch: str = "") -> Path:
+    """A Python-only kernel under root (edition 5): its build.toml, with `general` lines added
+    to [general] and `noarch` lines to [torch-noarch], and an empty package; its folder."""
+    kernel = root / name
+    package = kernel / "torch-ext" / name.replace("-", "_")
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    (kernel / "build.toml").write_text(
+        f'[general]\nname = "{name}"\nversion = 1\nedition = 5\nlicense = "Apache-2.0"\nbackends = {backends}\n'
+        f"{general}\n[torch-noarch]\n{noarch}"
+    )
+    return kernel
+
+
 def img2gray_copies(root: Path, count: int) -> list[str]:
     """count copies of img2gray under root, named gray0, gray1, ...: a repository of many kernels."""
     return [img2gray_as(root, f"gray{i}").name for i in range(count)]

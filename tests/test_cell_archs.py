@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_DIR, img2gray_as, kernel_matrix
+from conftest import KERNEL_DIR, img2gray_as, kernel_matrix, noarch_kernel
 from test_sections import cu130_toolchain
 
 from kernel_matrix.planning.capabilities import runs_on
@@ -108,13 +108,7 @@ def test_a_section_on_the_default_list_declares_kernel_builders_default_archs(tm
 
 
 def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_path):
-    kernel = tmp_path / "gray-noarch"
-    (kernel / "torch-ext" / "gray_noarch").mkdir(parents=True)
-    (kernel / "torch-ext" / "gray_noarch" / "__init__.py").write_text("")
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "gray-noarch"\nversion = 1\nedition = 5\nlicense = "Apache-2.0"\n'
-        'backends = ["cpu", "cuda"]\n\n[torch-noarch]\ncuda_capabilities = ["10.0a"]\n'
-    )
+    kernel = noarch_kernel(tmp_path, "gray-noarch", '["cpu", "cuda"]', noarch='cuda_capabilities = ["10.0a"]\n')
     cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
     assert {c["variant"]: c["archs"] for c in cells} == {"torch-cpu": [], "torch-cuda": ["10.0a"]}
     assert gpu == {}  # its metadata.json says 10.0a: the loader refuses it on sm_90

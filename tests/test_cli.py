@@ -93,13 +93,9 @@ def test_check_abi_passes_a_python_only_variant_and_refuses_a_compiled_one_witho
 
 
 def test_wheels_of_a_python_only_kernel_say_there_are_none_to_make(tmp_path):
-    kernel = tmp_path / "silu"
-    (kernel / "torch-ext" / "silu").mkdir(parents=True)
-    (kernel / "torch-ext" / "silu" / "__init__.py").write_text("")
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "silu"\nversion = 1\nedition = 5\nlicense = "Apache-2.0"\nbackends = ["cpu"]\n\n'
-        "[torch-noarch]\n"
-    )
+    from conftest import noarch_kernel
+
+    kernel = noarch_kernel(tmp_path, "silu", '["cpu"]')
     result = kernel_matrix("wheels", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "build"))
     assert result.returncode == 2
     assert result.stderr == (
