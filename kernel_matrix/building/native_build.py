@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernel_matrix import PACKAGE_DIR, data
+from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.building.compile import (
     DEFAULT_SOURCE_DATE_EPOCH,
     PY_LIMITED_API,
@@ -60,6 +60,7 @@ from kernel_matrix.errors import BuildError, ConfigError, ToolchainError
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.capabilities import (
     capability_order,
+    compilable_range,
     gencode_flags,
     section_capabilities,
     select_capabilities,
@@ -301,10 +302,10 @@ def _check_compilable(capabilities: list[str], cuda_version: str) -> None:
     """Refuse a capability this CUDA version's nvcc cannot compile (--cuda-capabilities 7.0 for
     CUDA 13, whose nvcc starts at 7.5) before anything compiles: nvcc would stop at the first
     file. A matrix row was checked against the same table when the matrix was read."""
-    toolkit = data.load("cuda_toolkits").get(cuda_version)
-    if not toolkit:
+    compilable = compilable_range(cuda_version)
+    if compilable is None:
         return  # a toolkit the table does not know: nvcc says what it cannot do
-    low, high = Version(toolkit["min_capability"]), Version(toolkit["max_capability"])
+    low, high = compilable
     for capability in capabilities:
         if not low <= Version(strip_ptx(capability).rstrip("af")) <= high:
             raise ConfigError(

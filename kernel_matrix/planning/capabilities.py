@@ -62,10 +62,16 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
         serving = [c for c in sources if Version(c) <= base and (c in with_ptx or Version(c).major == base.major)]
         if serving:
             chosen.append(serving[-1])
-    toolkit = data.load("cuda_toolkits").get(cuda_version)
-    if toolkit:
-        chosen = [c for c in chosen if _base(c) >= Version(toolkit["min_capability"])]
+    if compilable := compilable_range(cuda_version):
+        chosen = [c for c in chosen if _base(c) >= compilable[0]]
     return sorted({c + PTX_SUFFIX if c in with_ptx else c for c in chosen}, key=capability_order)
+
+
+def compilable_range(cuda_version: str) -> tuple[Version, Version] | None:
+    """The lowest and highest capability this CUDA version's nvcc compiles
+    (data/cuda_toolkits.yaml), or None for a toolkit the table does not know."""
+    toolkit = data.load("cuda_toolkits").get(cuda_version)
+    return (Version(toolkit["min_capability"]), Version(toolkit["max_capability"])) if toolkit else None
 
 
 class UnbuildableSection(ConfigError):
@@ -86,6 +92,8 @@ def section_capabilities(
     kernel-builder leaves it. Raises UnbuildableSection, naming build_toml."""
     from kernel_matrix.config.buildtoml import CudaKernel
 
+    toolkit = data.load("cuda_toolkits").get(cuda_version)
+    family_specific = not toolkit or toolkit.get("family_specific", False)  # an unknown one: nvcc will say
     sections: dict[str, list[str]] = {}
     for name, kernel in config.kernels_for("cuda").items():
         assert isinstance(kernel, CudaKernel)
@@ -111,8 +119,7 @@ def section_capabilities(
                 f"CUDA {cuda_version}",
             )
         family = [c for c in chosen if strip_ptx(c).endswith("f")]
-        toolkit = data.load("cuda_toolkits").get(cuda_version)
-        if family and toolkit and not toolkit.get("family_specific"):
+        if family and not family_specific:
             # nvcc stops at the first file (kernel-builder's build fails there too): say so now.
             raise UnbuildableSection(
                 build_toml,

@@ -31,7 +31,7 @@ from kernel_matrix.config.matrix_schema import (
 )
 from kernel_matrix.config.yamlsource import Located, YamlProblems, load_located
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.planning.capabilities import default_capabilities, runs_on
+from kernel_matrix.planning.capabilities import compilable_range, default_capabilities, runs_on
 from kernel_matrix.planning.variants import Variant, cuda_tag
 
 # GitHub Actions refuses a job matrix with more cells than this.
@@ -304,7 +304,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
             add_cell(include.torch, cuda, include.arch, where)
 
     cuda_versions = {c.variant.cuda for c in cells.values() if c.variant.cuda is not None}
-    _check_capabilities(spec, capability_table, toolkits, cuda_versions, problems)
+    _check_capabilities(spec, cuda_versions, problems)
     _check_torch_index(spec, releases, cells.values(), problems)
     problems.raise_if_any()
     if not cells:
@@ -365,16 +365,18 @@ def _check_torch_index(
             return
 
 
-def _check_capabilities(
-    spec: MatrixFile, table: list[dict[str, Any]], toolkits: dict[str, Any], cudas: set[str], problems: _Problems
-) -> None:
+def _check_capabilities(spec: MatrixFile, cudas: set[str], problems: _Problems) -> None:
+    """A matrix's own capability table: a row for every CUDA version it builds, each
+    capability one that version's nvcc compiles."""
     if spec.cuda_capabilities is None:
         return
     for cuda in sorted(cudas, key=Version):
         for row_index, row in enumerate(spec.cuda_capabilities):
             if Version(cuda) < Version(row.min_cuda):
                 continue
-            low, high = Version(toolkits[cuda]["min_capability"]), Version(toolkits[cuda]["max_capability"])
+            compilable = compilable_range(cuda)
+            assert compilable is not None  # an unknown CUDA version was refused above
+            low, high = compilable
             for index, capability in enumerate(row.capabilities):
                 if not low <= Version(capability) <= high:
                     problems.add(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,12 @@ class Resolved:
                 work.append(KernelCells(kernel, cells, build_dir))
         return work
 
+    @cached_property
+    def matrix_cells(self) -> dict[str, list[Cell]]:
+        """Each selected kernel's cells in the whole matrix, not only the selection, planned
+        once: what `idle` and `refusals` hold the selection against."""
+        return {kernel.name: kernel_cells(kernel, self.matrix.cells) for kernel in self.kernels}
+
     @property
     def idle(self) -> list[str]:
         """One line per kernel of the matrix without a cell in it: one kernel-matrix builds no
@@ -292,7 +299,7 @@ class Resolved:
         for kernel in self.kernels:
             if reason := kernel.config.unbuilt():
                 lines.append(f"{kernel.dir / 'build.toml'}: warning: {_no_cell(kernel, reason)}")
-            elif not kernel_cells(kernel, self.matrix.cells):
+            elif not self.matrix_cells[kernel.name]:
                 reason = f"its backends and torch/CUDA ranges leave none of {self.matrix.path}'s cells"
                 lines.append(f"{kernel.dir / 'build.toml'}: warning: {_no_cell(kernel, reason)}")
             elif not self.cells_of(kernel):  # e.g. the pr profile's newest torch is above its maxver
@@ -313,7 +320,7 @@ class Resolved:
         for refusal, cells in refused.items():
             kernel = self.kernel(cells[0])
             # Bounds from the whole matrix, not this selection (the pr profile has one torch).
-            every = [c for c in kernel_cells(kernel, self.matrix.cells) if c.variant.cuda]
+            every = [c for c in self.matrix_cells[kernel.name] if c.variant.cuda]
             refused_cuda = {Version(c.variant.cuda or "0") for c in every if c.refusal}
             built = {Version(c.variant.cuda or "0") for c in every if not c.refusal}
             # The general.cuda bound that leaves these out and keeps the CUDA versions that build it.
