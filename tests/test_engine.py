@@ -37,18 +37,20 @@ def busybox(engine, tmp_path_factory):
 
 
 def ours(engine):
-    return engine.containers.list(all=True, filters={"label": "kernel-matrix"})
+    """The ids of kernel-matrix's containers on the engine: this test's, and those of tests
+    another pytest-xdist worker runs at the same time."""
+    return {c.id for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"})}
 
 
 def test_a_container_runs_commands_and_is_always_removed(engine, busybox):
     with container(engine, busybox) as box:
         result = box.run(["sh", "-c", "echo hello; exit 3"])
         assert (result.exit_code, result.output) == (3, "hello\n")
-        assert len(ours(engine)) == 1
-    assert ours(engine) == []
-    with pytest.raises(RuntimeError, match="boom"), container(engine, busybox):
+        assert box.handle.id in ours(engine)
+    assert box.handle.id not in ours(engine)
+    with pytest.raises(RuntimeError, match="boom"), container(engine, busybox) as failing:
         raise RuntimeError("boom")
-    assert ours(engine) == []
+    assert failing.handle.id not in ours(engine)
 
 
 def test_the_network_is_off_by_default(engine, busybox):
