@@ -210,6 +210,16 @@ def cli_matrix(profile: str = "full", only: str | None = None, file: Path | None
     return resolved.github_matrix(resolved.cells)
 
 
+def cli_jobs(profile: str = "full", only: str | None = None, file: Path | None = None) -> dict:
+    """The build workflow's job matrix of the repository's matrix (the plan job's `jobs` output):
+    a job a cell, or batches of a kernel's cells over GitHub's job limit."""
+    from kernel_matrix.planning.github_jobs import github_jobs
+    from kernel_matrix.planning.selection import Selection
+
+    resolved = Selection(file or REPO / "build_matrix.yaml", profile=profile, only=only).resolve()
+    return github_jobs(resolved.github_jobs(resolved.cells))
+
+
 def matrix_text() -> str:
     """The repository's build_matrix.yaml, its kernel named by absolute path: for copies elsewhere."""
     return (REPO / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {REPO / 'kernel'}")

@@ -57,7 +57,7 @@ def matrix_for(root: Path, kernel: Path, capability: str | None) -> Path:
 
 
 def plan(matrix: Path, tmp_path: Path) -> tuple[list[dict], dict]:
-    """`matrix --json --github-output`: the cells, and the GPU job's cells by variant."""
+    """`matrix --json --github-output`: the cells, and the GPU jobs' cells by variant."""
     output = tmp_path / "github_output"
     output.write_text("")
     result = kernel_matrix(
@@ -65,8 +65,10 @@ def plan(matrix: Path, tmp_path: Path) -> tuple[list[dict], dict]:
     )
     assert result.returncode == 0, result.stderr
     cells = json.loads(result.stdout)["include"]
-    gpu_text = output.read_text().split("gpu_cells=", 1)[1].strip()
-    gpu = {c["variant"]: c for c in json.loads(gpu_text)["include"]} if gpu_text else {}
+    gpu_text = output.read_text().split("gpu_jobs=", 1)[1].strip()
+    by_variant = {c["variant"]: c for c in cells}
+    gpu_jobs = json.loads(gpu_text)["include"] if gpu_text else []
+    gpu = {v: by_variant[v] for job in gpu_jobs for v in job["variants"].split(",")}
     return cells, gpu
 
 

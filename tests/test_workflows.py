@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, cli_matrix, kernel_matrix, matrix_text
+from conftest import REPO, cli_jobs, cli_matrix, kernel_matrix, matrix_text
 
 from kernel_matrix.planning.matrix import PROFILES, load_matrix
 
@@ -44,7 +44,7 @@ DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.rep
 WRITER = ("reusable-build.yml", "release-wheels")
 # The test jobs' command as it ships in the package (scripts/test-variant runs it in this repository).
 TEST_VARIANT = REPO / "kernel_matrix" / "scripts" / "test-variant"
-USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] VARIANT"
+USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] VARIANT[,VARIANT...]"
 
 
 def load(path: Path) -> dict:
@@ -284,7 +284,7 @@ def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, 
     secrets = {name: render(value, caller) for name, value in CALLER_JOB["secrets"].items()}
     context = {"github": github, "inputs": called, "secrets": secrets, "status": status}
     context["env"] = {name: render(value, context) for name, value in BUILD.get("env", {}).items()}
-    context["needs"] = {"plan": {"outputs": {"cells": '{"include":[{}]}', "gpu_cells": '{"include":[{}]}'}}}
+    context["needs"] = {"plan": {"outputs": {"jobs": '{"include":[{}]}', "gpu_jobs": '{"include":[{}]}'}}}
     return context
 
 
@@ -387,8 +387,8 @@ def test_the_job_graph():
         # Wheels are attached only once the Hub release is done.
         "release-wheels": ["build", "test-cpu", "test-gpu", "publish"],
     }
-    assert set(JOBS["plan"]["outputs"]) == {"cells", "gpu_cells"}
-    for name, output in (("build", "cells"), ("test-cpu", "cells"), ("test-gpu", "gpu_cells")):
+    assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs"}
+    for name, output in (("build", "jobs"), ("test-cpu", "jobs"), ("test-gpu", "gpu_jobs")):
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
         assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
@@ -413,13 +413,13 @@ def test_every_job_is_one_command_a_developer_can_run():
     def commands(job):
         return [s["run"] for s in JOBS[job]["steps"] if "run" in s]
 
-    assert commands("test-cpu")[-1] == 'kernel-matrix test-variant --cpu-only --kernel "$KERNEL" "$VARIANT"'
-    assert commands("test-gpu")[-1] == 'kernel-matrix test-variant --kernel "$KERNEL" "$VARIANT"'
+    assert commands("test-cpu")[-1] == 'kernel-matrix test-variant --cpu-only --kernel "$KERNEL" "$VARIANTS"'
+    assert commands("test-gpu")[-1] == 'kernel-matrix test-variant --kernel "$KERNEL" "$VARIANTS"'
     assert commands("release-wheels") == ['gh release create "$TAG" --verify-tag --generate-notes wheels/*.whl']
     for job in ("build", "test-cpu", "test-gpu"):
         for s in JOBS[job]["steps"]:
             if "$VARIANT" in s.get("run", ""):
-                cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANT": "${{ matrix.variant }}"}
+                cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANTS": "${{ matrix.variants }}"}
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
                     cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
                 assert s["env"] == cell, (job, s["run"])
@@ -475,7 +475,7 @@ def test_the_object_cache_is_restored_per_kernel_and_cell_and_never_for_publish(
     steps = JOBS["build"]["steps"]
     assert steps.index(cache) < steps.index(build)
     assert cache["with"]["path"] == "build/.cache/objects"  # objects only: variants, records and logs are this run's
-    prefix = "kernel-matrix-objects-${{ matrix.kernel }}-${{ matrix.variant }}-"
+    prefix = "kernel-matrix-objects-${{ matrix.job }}-"  # <kernel>-<variant>, or the batch's
     assert cache["with"]["restore-keys"] == prefix
     key = cache["with"]["key"]
     assert key.startswith(prefix) and "hashFiles(" in key and "'**/*.cu'" in key and "'**/build.toml'" in key
@@ -581,7 +581,7 @@ def test_the_workflows_page_names_every_workflow_job_and_input():
 
 def test_gpu_tests_are_skipped_without_cuda_cells():
     context = run_context("push")
-    context["needs"]["plan"]["outputs"]["gpu_cells"] = ""
+    context["needs"]["plan"]["outputs"]["gpu_jobs"] = ""
     assert runs(JOBS["test-gpu"], context) is False
 
 
@@ -642,25 +642,38 @@ PLAN_RUNS = {
 }
 
 
+def gpu_jobs_of(jobs: dict, cells: list[dict]) -> list[dict]:
+    """The jobs' entries narrowed to the cells the GPU runners test (`gpu_test`), and those left with one."""
+    tested = {(c["kernel"], c["variant"]) for c in cells if c["gpu_test"]}
+    narrowed = [
+        job | {"variants": ",".join(v for v in job["variants"].split(",") if (job["kernel"], v) in tested)}
+        for job in jobs["include"]
+    ]
+    return [job for job in narrowed if job["variants"]]
+
+
 @pytest.mark.parametrize("kind", PLAN_RUNS)
 def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     context, profile, only = PLAN_RUNS[kind]
     outputs = plan_job(context, tmp_path)
-    cells = json.loads(outputs["cells"])  # what fromJSON parses
-    assert cells == cli_matrix(profile, only)
-    gpu = [cell for cell in cells["include"] if cell["gpu_test"]]
+    jobs = json.loads(outputs["jobs"])  # what fromJSON parses
+    assert jobs == cli_jobs(profile, only)
+    cells = cli_matrix(profile, only)["include"]
+    # Below GitHub's limit, a job a cell, in the cells' order.
+    assert [(j["kernel"], j["variants"]) for j in jobs["include"]] == [(c["kernel"], c["variant"]) for c in cells]
+    gpu = gpu_jobs_of(jobs, cells)
     context["needs"] = {"plan": {"outputs": outputs}}
     assert runs(JOBS["test-cpu"], context)  # every cell, with or without a CUDA one
     if kind == "fork-pr":  # never a GPU runner for a fork's code: twice refused, by the plan and by the job's `if`
-        assert gpu and outputs["gpu_cells"] == ""
+        assert gpu and outputs["gpu_jobs"] == ""
         assert not runs(JOBS["test-gpu"], context)
-        context["needs"]["plan"]["outputs"]["gpu_cells"] = json.dumps({"include": gpu})
+        context["needs"]["plan"]["outputs"]["gpu_jobs"] = json.dumps({"include": gpu})
         assert not runs(JOBS["test-gpu"], context)
     elif gpu:
-        assert json.loads(outputs["gpu_cells"]) == {"include": gpu}
+        assert json.loads(outputs["gpu_jobs"]) == {"include": gpu}
         assert runs(JOBS["test-gpu"], context)
     else:  # no CUDA cell selected: no GPU job, rather than a matrix GitHub would refuse
-        assert outputs["gpu_cells"] == ""
+        assert outputs["gpu_jobs"] == ""
         assert not runs(JOBS["test-gpu"], context)
 
 
@@ -676,12 +689,14 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
         env={**os.environ, "GITHUB_OUTPUT": str(output)},
     )
     assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == cli_matrix("pr")  # stdout: every cell's entry
     lines = output.read_text().splitlines()
-    assert lines[0] == "earlier=1" and len(lines) == 3 and lines[1].startswith("cells=")
-    assert lines[2].startswith("gpu_cells={")
-    cells = json.loads(lines[1].removeprefix("cells="))  # what fromJSON parses
-    assert cells == cli_matrix("pr")
-    assert all({"variant", "build_runner", "test_runner", "artifact"} <= set(cell) for cell in cells["include"])
+    assert lines[0] == "earlier=1" and len(lines) == 3 and lines[1].startswith("jobs=")
+    assert lines[2].startswith("gpu_jobs={")
+    jobs = json.loads(lines[1].removeprefix("jobs="))  # what fromJSON parses
+    assert jobs == cli_jobs("pr")
+    keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "cpu_test", "paths", "logs"}
+    assert all(set(job) == keys for job in jobs["include"])
 
 
 # --- artifacts: a variant travels from its build job to the tests and to publish as build/<variant>/, its wheel to
@@ -767,38 +782,56 @@ def several_kernels(tmp_path: Path) -> Path:
     return tmp_path / "build_matrix.yaml"
 
 
-# kernel-matrix as far as the build job uses it: what `build` and `wheels` leave in the workspace
-# (VARIANT_PATH and LOGS: where the real one writes the cell's variant and logs under build/).
-BUILD_STUB = """#!/bin/sh
-set -e
-[ $# -eq 5 ] && [ "$2" = --kernel ] && [ "$4" = --variant ] || exit 64
-case $1 in
-build)
-  mkdir -p "build/$VARIANT_PATH" "build/$LOGS"
-  printf %s "$3/$5" >"build/$VARIANT_PATH/metadata.json"
-  printf '| variant |\\n|---|\\n| %s |\\n' "$5" >build/summary.md
-  printf log >"build/$LOGS/$5.log" ;;
-wheels)
-  [ -f "build/$VARIANT_PATH/metadata.json" ] || exit 3
-  mkdir -p build/wheels
-  printf %s "$3/$5" >"build/wheels/$WHEEL"
-  printf log >"build/$LOGS/$5.wheel.log" ;;
-*) exit 64 ;;
-esac
-"""
+# kernel-matrix as far as the build job uses it: what `build` and `wheels --kernel K --variant A,B,...` leave in
+# the workspace. CELLS: each variant's folder under build/ and wheel name, as the real one writes them; LOGS: the
+# kernel's log folder; FAIL: a variant whose build fails (the others of its batch are still built).
+BUILD_STUB = r"""#!PYTHON
+import json, os, pathlib, sys
+if len(sys.argv) != 6 or sys.argv[1] not in ("build", "wheels") or sys.argv[2::2] != ["--kernel", "--variant"]:
+    sys.exit(64)
+command, kernel, variants = sys.argv[1], sys.argv[3], sys.argv[5].split(",")
+cells, build = json.loads(os.environ["CELLS"]), pathlib.Path("build")
+logs = build / os.environ["LOGS"]
+logs.mkdir(parents=True, exist_ok=True)
+rows, failed = [], False
+for variant in variants:
+    folder = build / cells[variant]["path"]
+    if command == "wheels":
+        if not (folder / "metadata.json").is_file():
+            sys.exit(3)
+        (build / "wheels").mkdir(exist_ok=True)
+        (build / "wheels" / cells[variant]["wheel"]).write_text(f"{kernel}/{variant}")
+        (logs / f"{variant}.wheel.log").write_text("log")
+    elif variant == os.environ.get("FAIL"):
+        failed = True
+        rows.append(f"| {variant} | FAILED |")
+        (logs / f"{variant}.log").write_text("error")
+    else:
+        folder.mkdir(parents=True)
+        (folder / "metadata.json").write_text(f"{kernel}/{variant}")
+        rows.append(f"| {variant} | built |")
+        (logs / f"{variant}.log").write_text("log")
+if command == "build":
+    (build / "summary.md").write_text("| variant | status |\n|---|---|\n" + "".join(f"{r}\n" for r in rows))
+sys.exit(1 if failed else 0)
+""".replace("PYTHON", sys.executable, 1)
 
 
-def build_job(cell: dict, workspace: Path, stub_dir: Path) -> dict[str, dict[str, bytes]]:
-    """Run the build job's steps for one cell, in order, with a stand-in kernel-matrix; return what it uploads."""
+def build_job(
+    job: dict, cells: list[dict], workspace: Path, stub_dir: Path, fail: str | None = None
+) -> tuple[dict[str, dict[str, bytes]], str]:
+    """Run the build job's steps for one job entry, in order, as GitHub does (a failed step fails the job; later
+    steps run as their `if` says), with a stand-in kernel-matrix; return what it uploads and the job's status."""
     stub = stub_dir / "kernel-matrix"
     if not stub.exists():
         stub_dir.mkdir(parents=True)
         stub.write_text(BUILD_STUB)
         stub.chmod(0o755)
     workspace.mkdir(parents=True)
-    context, artifacts = {"matrix": cell}, {}
+    mine = {c["variant"]: {"path": c["path"], "wheel": wheel_name(c)} for c in cells if c["kernel"] == job["kernel"]}
+    context, artifacts, status = {"matrix": job}, {}, "success"
     for s in JOBS["build"]["steps"]:
-        if not runs(s, context | {"status": "success"}):
+        if not runs(s, context | {"status": status}):
             continue
         if s.get("uses", "").startswith("actions/upload-artifact@"):
             name, entries = upload(s, context, workspace)
@@ -806,40 +839,70 @@ def build_job(cell: dict, workspace: Path, stub_dir: Path) -> dict[str, dict[str
             artifacts[name] = entries
         elif s.get("run", "").startswith("kernel-matrix"):
             env = {k: render(v, context) for k, v in s.get("env", {}).items()}
-            env |= {"WHEEL": wheel_name(cell), "VARIANT_PATH": cell["path"], "LOGS": cell["logs"]}
+            env |= {"CELLS": json.dumps(mine), "LOGS": job["logs"], "FAIL": fail or ""}
             env["PATH"] = f"{stub_dir}{os.pathsep}{os.environ['PATH']}"
             result = bash(s["run"], env, cwd=workspace)
-            assert result.returncode == 0, f"{s['run']}: exit {result.returncode}"
-    return artifacts
+            assert result.returncode in (0, 1) and not result.stderr, f"{s['run']}: {result.stderr}"  # 1: a cell failed
+            status = "success" if result.returncode == 0 and status == "success" else "failure"
+    return artifacts, status
 
 
-@pytest.mark.parametrize("kernels", ["one", "several"])
+def batched(tmp_path: Path) -> Path:
+    """A matrix of more cells than GitHub runs jobs of one matrix: img2gray on 26 torch releases x CPU + 4 CUDA
+    versions x 2 archs, 260 cells."""
+    releases = "\n".join(f'  "2.{m}": {{ pypi: "13.0", cuda: ["12.6", "12.8", "13.0", "13.2"] }}' for m in range(26))
+    torch = "\n".join(f'  "2.{m}": all' for m in range(26))
+    path = tmp_path / "build_matrix.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runners = "{build-runner: [ubuntu-24.04], gpu-test-runner: [self-hosted, linux, x64, gpu]}"
+    path.write_text(
+        f"kernel: {REPO / 'kernel'}\ntorch:\n{torch}\narchs:\n  x86_64: {runners}\n  aarch64: {runners}\n"
+        f"torch-releases:\n{releases}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("kernels", ["one", "several", "batched"])
 def test_each_job_downloads_what_it_reads(tmp_path, kernels):
-    file = several_kernels(tmp_path / "project") if kernels == "several" else None
-    cells = cli_matrix("pr", file=file)["include"]
-    assert len({c["kernel"] for c in cells}) == (3 if file else 1)
+    file = {"one": lambda: None, "several": lambda: several_kernels(tmp_path / "project")}.get(
+        kernels, lambda: batched(tmp_path / "project")
+    )()
+    profile = "full" if kernels == "batched" else "pr"
+    cells, jobs = cli_matrix(profile, file=file)["include"], cli_jobs(profile, file=file)["include"]
+    assert len({c["kernel"] for c in cells}) == (3 if kernels == "several" else 1)
+    # A job a cell, or (over 256 cells) batches of two, every cell in one job.
+    assert len(jobs) == (len(cells) // 2 if kernels == "batched" else len(cells)) <= 256
+    assert sorted((j["kernel"], v) for j in jobs for v in j["variants"].split(",")) == sorted(
+        (c["kernel"], c["variant"]) for c in cells
+    )
+    by_name = {(c["kernel"], c["variant"]): c for c in cells}
     artifacts = {}
-    for cell in cells:
-        made = build_job(cell, tmp_path / "build-job" / cell["kernel"] / cell["variant"], tmp_path / "stub")
-        tag = f"{cell['kernel']}-{cell['variant']}"
-        # A Python-only variant gets no wheel (it is for every torch).
-        assert set(made) == {cell["artifact"], f"logs-{tag}"} | (set() if cell["noarch"] else {f"wheel-{tag}"})
-        assert set(made[cell["artifact"]]) == {f"{cell['path']}/metadata.json", "summary.md"}
-        if not cell["noarch"]:
-            assert set(made[f"wheel-{tag}"]) == {wheel_name(cell)}  # the .whl alone, at the root
-            assert f"{cell['logs']}/{cell['variant']}.wheel.log" in made[f"logs-{tag}"]
+    for job in jobs:
+        made, status = build_job(job, cells, tmp_path / "build-job" / job["job"], tmp_path / "stub")
+        assert status == "success"
+        mine = [by_name[job["kernel"], v] for v in job["variants"].split(",")]
+        assert set(made) == {f"variant-{job['job']}", f"logs-{job['job']}"} | (
+            set() if job["noarch"] else {f"wheel-{job['job']}"}  # a Python-only variant gets no wheel
+        )
+        assert set(made[f"variant-{job['job']}"]) == {f"{c['path']}/metadata.json" for c in mine} | {"summary.md"}
+        if not job["noarch"]:
+            assert set(made[f"wheel-{job['job']}"]) == {wheel_name(c) for c in mine}  # the .whl files, at the root
+            assert {f"{job['logs']}/{c['variant']}.wheel.log" for c in mine} <= set(made[f"logs-{job['job']}"])
         artifacts |= made
-    # A test job: its own cell's variant at build/<path>/, nothing else (test-cpu: any cell, test-gpu: CUDA).
-    for job, cell in (("test-cpu", cells[-1]), ("test-gpu", next(c for c in cells if c["gpu_test"]))):
-        workspace = tmp_path / job
-        download(step(job, "actions/download-artifact"), {"matrix": cell}, artifacts, workspace)
+    # A test job: its own job's variants at build/<path>/, nothing else (test-cpu: any job, test-gpu: CUDA cells).
+    gpu = gpu_jobs_of({"include": jobs}, cells)
+    for name, job in (("test-cpu", jobs[-1]), ("test-gpu", gpu[0])):
+        workspace = tmp_path / name
+        download(step(name, "actions/download-artifact"), {"matrix": job}, artifacts, workspace)
+        built = next(j for j in jobs if j["job"] == job["job"])  # the artifact holds the whole batch
+        mine = [by_name[job["kernel"], v] for v in built["variants"].split(",")]
         assert {p.relative_to(workspace).as_posix() for p in workspace.rglob("*") if p.is_file()} == {
-            f"build/{cell['path']}/metadata.json",
-            "build/summary.md",
-        }, job
-        assert (
-            workspace / "build" / cell["path"] / "metadata.json"
-        ).read_text() == f"{cell['kernel']}/{cell['variant']}"
+            f"build/{c['path']}/metadata.json" for c in mine
+        } | {"build/summary.md"}, name
+        for cell in mine:
+            assert (
+                workspace / "build" / cell["path"] / "metadata.json"
+            ).read_text() == f"{cell['kernel']}/{cell['variant']}"
     # The publish job: every variant at build/<path>/; no build logs, no wheels among them.
     workspace = tmp_path / "publish-job"
     overwritten = download(step("publish", "actions/download-artifact"), {}, artifacts, workspace)
@@ -858,6 +921,22 @@ def test_each_job_downloads_what_it_reads(tmp_path, kernels):
     assert [p.name for p in workspace.iterdir()] == ["wheels"]
 
 
+def test_a_failed_cell_of_a_batch_fails_its_job_and_leaves_the_others_to_test(tmp_path):
+    file = batched(tmp_path / "project")
+    cells, jobs = cli_matrix("full", file=file)["include"], cli_jobs("full", file=file)["include"]
+    job = jobs[0]
+    first, second = job["variants"].split(",")
+    made, status = build_job(job, cells, tmp_path / "build-job", tmp_path / "stub", fail=first)
+    assert status == "failure"
+    path = {c["variant"]: c["path"] for c in cells}
+    # The other cell's variant is uploaded (its tests run); no wheels for a failed job; both cells' logs and rows.
+    assert set(made[f"variant-{job['job']}"]) == {f"{path[second]}/metadata.json", "summary.md"}
+    assert f"wheel-{job['job']}" not in made
+    logs = made[f"logs-{job['job']}"]
+    assert {f"{job['logs']}/{first}.log", f"{job['logs']}/{second}.log"} <= set(logs)
+    assert f"| {first} | FAILED |" in logs["summary.md"].decode()
+
+
 def test_only_runners_backends_are_tested():
     """test-cpu skips (as a step) a noarch variant of a backend no runner has; test-gpu takes CUDA cells only."""
     test = step("test-cpu", run="kernel-matrix test-variant")
@@ -869,17 +948,18 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     steps = JOBS["build"]["steps"]
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
-        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANT"',
-        "${{ matrix.artifact }}",  # a packaging failure still leaves the variant to test
-        'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANT"',
-        "wheel-${{ matrix.kernel }}-${{ matrix.variant }}",
-        "logs-${{ matrix.kernel }}-${{ matrix.variant }}",
+        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS"',
+        "variant-${{ matrix.job }}",  # a packaging failure still leaves the variants to test
+        'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANTS"',
+        "wheel-${{ matrix.job }}",
+        "logs-${{ matrix.job }}",
     ]
     assert build_upload("logs-")["if"] == "${{ !cancelled() }}"  # wheels' logs too, when it fails
+    assert build_upload("variant-")["if"] == "${{ !cancelled() }}"  # a batch's cells that built, when one fails
     # A wheels step that wrote nothing fails the job at the upload, rather than releasing without the cell's wheel.
     (tmp_path / "build" / "wheels").mkdir(parents=True)
     with pytest.raises(AssertionError, match="nothing matches"):
-        upload(build_upload("wheel-"), {"matrix": {"variant": "v", "kernel": "k"}}, tmp_path)
+        upload(build_upload("wheel-"), {"matrix": {"job": "k-v", "kernel": "k"}}, tmp_path)
 
 
 def test_the_cells_wheels_never_share_a_name():
@@ -905,7 +985,7 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
         (workspace / "build" / "summary.md").write_text(
             header + f"| k | {variant} | {status} | 9.0 | - | - | - | - |\n"
         )
-        context = {"matrix": {"variant": variant, "kernel": "k", "logs": "logs"}}
+        context = {"matrix": {"job": f"k-{variant}", "kernel": "k", "logs": "logs"}}
         name, entries = upload(build_upload("logs-"), context, workspace)
         artifacts[name] = entries
     summary_job = tmp_path / "summary-job"
@@ -1159,11 +1239,14 @@ PYTHONPATH=$FAKE_TORCH exec "$REAL_PYTHON" "$@"
 """
 FAKE_KERNEL_MATRIX = """#!/bin/sh
 case $1 in
-matrix) printf '%s\\n' "$CELL_JSON" ;;
+matrix) [ "$3" = --variant ] && "$REAL_PYTHON" -c "$PICK" "$4" ;;
 test) echo "kernel-matrix $* CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}" >>"$LOG" ;;
 *) exit 64 ;;
 esac
 """
+# `matrix --json --variant V`: the cell of CELLS_JSON named V.
+PICK = """import json, os, sys
+print(json.dumps({"include": [c for c in json.loads(os.environ["CELLS_JSON"]) if c["variant"] == sys.argv[1]]}))"""
 # torch/version.py, as real torch has it: read without importing torch where torch cannot be imported.
 FAKE_TORCH_VERSION = """import os
 __version__ = "2.14.0"
@@ -1179,12 +1262,16 @@ cuda = types.SimpleNamespace(
 """
 
 
-def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool) -> tuple[int, list[str], str]:
+def run_test_variant(
+    tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool, batch: tuple[dict, ...] = ()
+) -> tuple[int, list[str], str]:
     """Run the packaged test-variant, as `kernel-matrix test-variant` does, in a kernel's repository holding a
-    built cell, with the stand-ins; return its exit, log and stderr."""
+    built cell (and the batch's others, tested together as CELL,OTHER,...), with the stand-ins; return its
+    exit, log and stderr."""
     repo = tmp_path / "repo"
-    (repo / "build" / cell["variant"]).mkdir(parents=True)
-    (repo / "build" / cell["variant"] / "metadata.json").write_text("{}")
+    for built in (cell, *batch):
+        (repo / "build" / built["variant"]).mkdir(parents=True)
+        (repo / "build" / built["variant"] / "metadata.json").write_text("{}")
     venv = tmp_path / "venv"
     for name, body in (("python", FAKE_PYTHON), ("kernel-matrix", FAKE_KERNEL_MATRIX)):
         (venv / "bin").mkdir(parents=True, exist_ok=True)
@@ -1200,14 +1287,19 @@ def run_test_variant(tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: 
         "TEST_VARIANT_VENV": str(venv),
         "FAKE_TORCH": str(tmp_path / "torch"),
         "LOG": str(tmp_path / "log"),
-        "CELL_JSON": json.dumps({"include": [cell]}),
+        "CELLS_JSON": json.dumps([cell, *batch]),
+        "PICK": PICK,
         "TORCH_CUDA": torch_cuda or "",
         "GPU": "1" if gpu else "0",
         "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9",
     }
     (tmp_path / "log").write_text("")
     result = subprocess.run(
-        ["bash", TEST_VARIANT, *flags, cell["variant"]], env=env, capture_output=True, text=True, cwd=repo
+        ["bash", TEST_VARIANT, *flags, ",".join(c["variant"] for c in (cell, *batch))],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=repo,
     )
     return result.returncode, (tmp_path / "log").read_text().splitlines(), result.stderr
 
@@ -1251,3 +1343,31 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
         visible = "" if hidden else "unset"
         assert tests == [f"kernel-matrix test build/{cell['path']} CUDA_VISIBLE_DEVICES={visible}"]
         assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)
+
+
+def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_path):
+    """A build workflow job's batch, CPU,CUDA --cpu-only with a CUDA build of torch: the CPU variant is refused
+    (it needs a CPU build), the CUDA one after it is still tested, and the batch fails naming the one."""
+    cpu, cuda = a_cell("cpu"), a_cell("cuda")
+    code, log, stderr = run_test_variant(tmp_path, cpu, "--cpu-only", torch_cuda=cuda["cuda"], gpu=False, batch=(cuda,))
+    assert code == 1, stderr
+    assert [line for line in log if line.startswith("kernel-matrix test")] == [
+        f"kernel-matrix test build/{cuda['path']} CUDA_VISIBLE_DEVICES="
+    ]
+    assert f"== test-variant {cpu['variant']}" in stderr and f"== test-variant {cuda['variant']}" in stderr
+    assert stderr.rstrip().endswith(f"error: 1 of 2 variants failed: {cpu['variant']}")
+    # The same CPU variant with a CPU build of torch passes.
+    code, _, stderr = run_test_variant(tmp_path / "again", cpu, torch_cuda=None, gpu=False, batch=())
+    assert code == 0, stderr
+
+
+@pytest.mark.parametrize("variants", ["a,", ",a", "a,,b"])
+def test_test_variant_refuses_an_empty_name_in_a_batch(tmp_path, variants):
+    (tmp_path / "build" / "a").mkdir(parents=True)
+    (tmp_path / "build" / "a" / "metadata.json").write_text("{}")
+    (tmp_path / "build" / "b").mkdir(parents=True)
+    (tmp_path / "build" / "b" / "metadata.json").write_text("{}")
+    env = {**os.environ, "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
+    result = subprocess.run(["bash", TEST_VARIANT, variants], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1 and USAGE in result.stderr, result.stderr
+    assert "variants failed: " in result.stderr

@@ -59,7 +59,10 @@ def build(
     ] = None,
     profile: Annotated[str | None, typer.Option(help="Build this matrix profile's cells in containers.")] = None,
     only: Annotated[str | None, typer.Option(help="Build the cells matching KEY=VALUE,... in containers.")] = None,
-    variant: Annotated[list[str] | None, typer.Option("--variant", help="Build this cell in a container.")] = None,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option("--variant", help="Build this cell in a container (NAME or NAME,NAME,...; repeatable)."),
+    ] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: ImageOption = None,
     cuda_capabilities: Annotated[
@@ -255,7 +258,9 @@ def wheels(
         str | None, typer.Option(help="This matrix profile's cells (default: every built cell).")
     ] = None,
     only: Annotated[str | None, typer.Option(help="The cells matching KEY=VALUE,...")] = None,
-    variant: Annotated[list[str] | None, typer.Option("--variant", help="This cell (repeatable).")] = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant", help="This cell (NAME or NAME,NAME,...; repeatable).")
+    ] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
@@ -318,6 +323,8 @@ def shell(
     from kernel_matrix.containers.images import PipSetup, builder_for
     from kernel_matrix.containers.shell import shell_command
 
+    if "," in variant:
+        raise ConfigError(f"{variant}: shell enters one variant's builder image; name one")
     resolved = resolve(selection_of(file, variant=[variant], kernel=kernel, kernel_dir=kernel_dir))
     if len(resolved.cells) != 1:
         names = ", ".join(k.name for k in resolved.kernels)

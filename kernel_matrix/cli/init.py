@@ -27,6 +27,7 @@ from packaging.version import Version
 from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.planning.github_jobs import batching
 from kernel_matrix.planning.selection import Selection
 
 MATRIX = Path("build_matrix.yaml")
@@ -100,13 +101,17 @@ def init(
         except OSError as exc:
             raise ConfigError(f"{target}: cannot be written ({exc.strerror or exc})") from None
         stdout.print(styled(("wrote", "green"), f" {target}"))
-    # Pushes and tags run the full profile: a selection that cannot run (more cells than a
-    # GitHub Actions matrix takes, for a repository of many kernels) is said now, not at the push.
+    # Pushes and tags run the full profile: for a repository of many kernels, more cells than a
+    # GitHub Actions matrix runs jobs are batched, and a selection that cannot run at all (more
+    # kernels x archs than jobs) is said now, not at the push.
     try:
         resolved = Selection(targets[0], profile="full").resolve()
-        resolved.github_matrix(resolved.cells)
+        jobs = resolved.github_jobs(resolved.cells)
     except ConfigError as exc:
         console.print(f"note: pushes and tags run the full profile, which cannot run as written: {exc}", soft_wrap=True)
+    else:
+        if note := batching(len(resolved.cells), jobs):
+            console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
     _next_steps(directory, repository, ref, [name for name, _ in kernels])
 
 

@@ -1,9 +1,9 @@
-"""`kernel-matrix matrix`: the cells, as a table or as GitHub Actions' matrix."""
+"""`kernel-matrix matrix`: the cells, as a table, as JSON, or as the build workflow's job matrices."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +20,11 @@ from kernel_matrix.cli.options import (
     selection_of,
 )
 
+if TYPE_CHECKING:
+    from kernel_matrix.config.github_event import GithubEvent
+    from kernel_matrix.planning.matrix import Cell
+    from kernel_matrix.planning.selection import Resolved
+
 
 def matrix(
     file: MatrixFileOption = Path("build_matrix.yaml"),
@@ -29,7 +34,7 @@ def matrix(
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help='Print the GitHub Actions matrix {"include": [...]}.')
+        bool, typer.Option("--json", help='Print every cell as JSON: {"include": [...]}, one entry a cell.')
     ] = False,
     check_upstream: Annotated[
         bool, typer.Option("--check-upstream", help="Report torch releases and CUDA builds the matrix misses.")
@@ -38,8 +43,9 @@ def matrix(
         bool,
         typer.Option(
             "--github-output",
-            help="With --json: also write the job outputs cells=<json> and gpu_cells=<json of the cells the GPU "
-            "runners test, empty if none> to $GITHUB_OUTPUT.",
+            help="With --json: also write the build workflow's job matrices to $GITHUB_OUTPUT: jobs=<json> (a "
+            "job a cell, or batches of a kernel's cells over GitHub's 256 jobs) and gpu_jobs=<json of the jobs "
+            "whose cells the GPU runners test, empty if none>.",
         ),
     ] = False,
 ) -> None:
@@ -50,7 +56,7 @@ def matrix(
     import json
 
     from kernel_matrix.config.github_event import GithubEvent, write_github_output
-    from kernel_matrix.planning.matrix import check_runners, check_sources, gpu_test_cells
+    from kernel_matrix.planning.matrix import check_runners, check_sources
 
     selection = selection_of(file, profile, only, variant, kernel, kernel_dir)
     if check_upstream:
@@ -67,14 +73,31 @@ def matrix(
     event = GithubEvent.from_environment()
     check_runners(resolved.matrix, cells, event)
     if as_json:
-        text = json.dumps(resolved.github_matrix(cells), separators=(",", ":"))
-        typer.echo(text)
-        if github_output:
-            gpu = gpu_test_cells(cells, event)
-            # An empty string, not an empty matrix (which GitHub refuses): the GPU job's `if` skips it.
-            gpu_text = json.dumps(resolved.github_matrix(gpu), separators=(",", ":")) if gpu else ""
-            write_github_output({"cells": text, "gpu_cells": gpu_text})
+        outputs = _job_matrices(resolved, cells, event) if github_output else {}  # refused before anything is printed
+        typer.echo(json.dumps(resolved.github_matrix(cells), separators=(",", ":")))
+        if outputs:
+            write_github_output(outputs)
         return
     source = "kernel-matrix's default matrix (no build_matrix.yaml here)" if selection.uses_default else str(file)
     count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
     stdout.print(render.cells_table(f"{source}: {count} (profile {profile})", cells))
+
+
+def _job_matrices(resolved: Resolved, cells: list[Cell], event: GithubEvent) -> dict[str, str]:
+    """The build workflow's job outputs: `jobs`, and `gpu_jobs` (an empty string, not an empty
+    matrix, which GitHub refuses, when no cell is for the GPU runners: the GPU job's `if`
+    skips it). Says so where cells are batched to fit GitHub's job limit."""
+    import json
+
+    from kernel_matrix.planning.github_jobs import batching, github_jobs
+    from kernel_matrix.planning.matrix import gpu_test_cells
+
+    jobs = resolved.github_jobs(cells)
+    if note := batching(len(cells), jobs):
+        console.print(f"note: {note}", soft_wrap=True)
+    gpu = set(gpu_test_cells(cells, event))
+    gpu_jobs = github_jobs(jobs, lambda cell: cell in gpu)
+    return {
+        "jobs": json.dumps(github_jobs(jobs), separators=(",", ":")),
+        "gpu_jobs": json.dumps(gpu_jobs, separators=(",", ":")) if gpu_jobs["include"] else "",
+    }

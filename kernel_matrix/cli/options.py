@@ -33,7 +33,9 @@ ProfileOption = Annotated[
 OnlyOption = Annotated[
     str | None, typer.Option(help="Keep cells matching KEY=VALUE[,KEY=VALUE]: torch, cuda (or cpu), arch, backend.")
 ]
-VariantOption = Annotated[list[str] | None, typer.Option("--variant", help="Keep this variant (repeatable).")]
+VariantOption = Annotated[
+    list[str] | None, typer.Option("--variant", help="Keep this variant (NAME or NAME,NAME,...; repeatable).")
+]
 
 
 def selection_of(
@@ -46,11 +48,15 @@ def selection_of(
 ) -> Selection:
     from kernel_matrix.planning.selection import Selection
 
+    # NAME,NAME,...: a build workflow job's batch of cells (github_jobs) in one argument.
+    for names in variant or ():
+        if "" in names.split(","):
+            raise ConfigError(f"--variant {names!r}: an empty variant name (expected NAME or NAME,NAME,...)")
     return Selection(
         file=file,
         profile=profile or "full",
         only=only,
-        variants=tuple(variant or ()),
+        variants=tuple(name for names in variant or () for name in names.split(",")),
         kernels=tuple(kernel or ()),
         kernel_dir=kernel_dir,
     )

@@ -102,7 +102,6 @@ class Cell:
             # backend is built, not tested.
             "cpu_test": v.backend in BUILDABLE_BACKENDS,
             "gpu_test": self.gpu_testable,
-            "artifact": f"variant-{self.kernel}-{v.name}" if self.kernel else f"variant-{v.name}",
         }
 
 

@@ -34,8 +34,8 @@ from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.capabilities import UnbuildableSection, section_capabilities, variant_archs
+from kernel_matrix.planning.github_jobs import Job, plan_jobs
 from kernel_matrix.planning.matrix import (
-    GITHUB_MATRIX_LIMIT,
     Cell,
     Machine,
     Matrix,
@@ -339,18 +339,20 @@ class Resolved:
         return lines
 
     def github_matrix(self, cells: list[Cell] | tuple[Cell, ...]) -> dict[str, Any]:
-        """The GitHub Actions matrix; `path` is each variant's folder under build/. Refused
-        over GitHub's job limit: only a matrix job is limited (a table, a build or a
-        publish of as many cells is not), and every kernel's cells count."""
-        if len(cells) > GITHUB_MATRIX_LIMIT:
-            kernels = f" ({len(self.kernels)} kernels)" if len(self.kernels) > 1 else ""
-            raise ConfigError(
-                f"{self.matrix.path}: the selection has {len(cells)} cells{kernels}; a GitHub Actions matrix takes "
-                f"at most {GITHUB_MATRIX_LIMIT}: narrow it with --profile, --only or --kernel"
-            )
+        """Every cell's entry (`matrix --json`); `path` is its variant's folder under build/,
+        `logs` its kernel's log folder. Not limited: the workflow's job matrices are
+        github_jobs', which batch cells over GitHub's job limit."""
         matrix = github_matrix(list(cells))
         for entry, cell in zip(matrix["include"], cells, strict=True):
-            build_dir = self.build_dir(Path("build"), self.kernel(cell))
-            entry["path"] = build_dir.relative(cell.name)
-            entry["logs"] = build_dir.logs.relative_to(build_dir.root).as_posix()
+            entry["path"], entry["logs"] = self._build_paths(cell)
         return matrix
+
+    def github_jobs(self, cells: list[Cell] | tuple[Cell, ...]) -> list[Job]:
+        """The build workflow's jobs for these cells: one each, or batches of a kernel's
+        cells where there are more than a GitHub Actions matrix takes (github_jobs.plan_jobs)."""
+        return plan_jobs(cells, lambda cell: self.kernel(cell).name, self._build_paths, str(self.matrix.path))
+
+    def _build_paths(self, cell: Cell) -> tuple[str, str]:
+        """The cell's variant folder and its kernel's log folder, relative to build/."""
+        build_dir = self.build_dir(Path("build"), self.kernel(cell))
+        return build_dir.relative(cell.name), build_dir.logs.relative_to(build_dir.root).as_posix()

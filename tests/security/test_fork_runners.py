@@ -58,19 +58,20 @@ def test_the_same_matrix_is_accepted_for_pushes(tmp_path):
     )
 
 
-def test_a_forks_pull_request_gets_no_gpu_cells(tmp_path):
+def test_a_forks_pull_request_gets_no_gpu_jobs(tmp_path):
     env = github_run(tmp_path, "pull_request", "someone/kernel")
     result = kernel_matrix("matrix", "--json", "--profile", "pr", "--github-output", env=env)
     assert result.returncode == 0, result.stderr
+    cuda = {cell["variant"] for cell in json.loads(result.stdout)["include"] if cell["backend"] == "cuda"}
     outputs = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
-    assert any(cell["backend"] == "cuda" for cell in json.loads(outputs["cells"])["include"])
-    assert outputs["gpu_cells"] == ""
+    assert cuda and cuda <= {job["variants"] for job in json.loads(outputs["jobs"])["include"]}
+    assert outputs["gpu_jobs"] == ""
     # The same pull request from a branch of the repository itself is tested on the GPU runners.
     (tmp_path / "output").unlink()
     env = github_run(tmp_path, "pull_request", "owner/kernel")
     assert kernel_matrix("matrix", "--json", "--profile", "pr", "--github-output", env=env).returncode == 0
     outputs = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
-    assert {cell["backend"] for cell in json.loads(outputs["gpu_cells"])["include"]} == {"cuda"}
+    assert {job["variants"] for job in json.loads(outputs["gpu_jobs"])["include"]} == cuda
 
 
 @pytest.mark.parametrize(
