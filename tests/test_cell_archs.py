@@ -106,7 +106,9 @@ def test_a_section_on_the_default_list_declares_kernel_builders_default_archs(tm
     cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
     for cuda, expected in KERNEL_BUILDER_DEFAULTS.items():
         archs = {tuple(c["archs"]) for c in cells if c["cuda"] == cuda}
-        assert archs == {tuple(expected.split(";"))}, cuda
+        # As kernel-builder's metadata.json lists them: sorted as strings (kernel.cmake's list(SORT)).
+        assert archs == {tuple(sorted(expected.split(";")))}, cuda
+        assert cuda == "12.6" or next(iter(archs))[0] == "10.0"  # "10.0" before "7.5"
 
 
 def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_path):
@@ -285,3 +287,15 @@ def test_a_family_specific_capability_is_refused_before_cuda_12_9(tmp_path):
         "[kernel.img2gray_cuda]: cuda-capabilities ['10.0f'] are family-specific, which CUDA 12.8's nvcc cannot "
         "compile (CUDA 12.9 and later can)" in result.stderr
     )
+
+
+def test_a_python_only_kernels_archs_are_any_text_as_kernel_builder_copies_them(tmp_path):
+    """[torch-noarch] cuda_capabilities are metadata, not compiled for: kernel-builder copies any text
+    ("sm_90"), and the loader skips an arch it cannot read, so the variant is tested on the GPU runners."""
+    kernel = noarch_kernel(tmp_path, "gray-sm", '["cuda"]', noarch='cuda_capabilities = ["sm_90", "9.0"]\n')
+    cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
+    assert [c["archs"] for c in cells] == [["sm_90", "9.0"]] and set(gpu) == {"torch-cuda"}
+    assert runs_on(["sm_90"], (8, 0)) and not runs_on(["sm_90", "9.0"], (8, 0))
+    empty = noarch_kernel(tmp_path, "gray-empty", '["cuda"]', noarch='cuda_capabilities = [""]\n')
+    result = kernel_matrix("matrix", "--kernel-dir", str(empty))
+    assert result.returncode == 2 and "torch-noarch.cuda_capabilities" in result.stderr, result.stderr

@@ -132,7 +132,10 @@ class TorchNoarch(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     pyext: list[str] | None = None  # None: kernel-builder's default, py and pyi
-    cuda_capabilities: list[Capability] | None = None
+    # Nothing is compiled for them: they are metadata.json's archs as written, any text, as
+    # kernel-builder copies them (kernels-data precomputable_backend_archs). The loader skips
+    # an arch it cannot read ("sm_90"), so such a variant loads on any GPU.
+    cuda_capabilities: list[Annotated[str, Field(min_length=1)]] | None = None
     rocm_archs: list[str] | None = None
 
 

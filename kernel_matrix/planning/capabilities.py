@@ -133,8 +133,10 @@ def section_capabilities(
 def variant_archs(sections: dict[str, list[str]]) -> list[str]:
     """What a CUDA variant's [kernel.*] sections are compiled for together: metadata.json's
     backend.archs (kernel-builder's ALL_GPU_ARCHS, kernel.cmake). Empty with no CUDA section:
-    kernel-builder writes no archs then (build-variants.cmake), and the loader checks none."""
-    return sorted({c for caps in sections.values() for c in caps}, key=capability_order)
+    kernel-builder writes no archs then (build-variants.cmake), and the loader checks none.
+    Sorted as kernel-builder sorts them, as strings (accumulate_gpu_archs' `list(SORT)`:
+    "10.0" before "9.0"); the loader reads them in any order."""
+    return sorted({c for caps in sections.values() for c in caps})
 
 
 def runs_on(archs: list[str], capability: tuple[int, int]) -> bool:
