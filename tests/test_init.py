@@ -327,3 +327,45 @@ def test_the_written_workflow_passes_actionlint_and_zizmor(relu):
             text=True,
         )
         assert result.returncode == 0 and "No findings to report" in result.stdout, result.stdout + result.stderr
+
+
+def test_init_names_the_kernels_it_does_not_look_at(tmp_path):
+    """A kernel at the root with kernels below it, and a kernel deeper than init searches: each is
+    named in a line, not skipped without a word; the root kernel's note says how to build both."""
+    root = img2gray_as(tmp_path, "gray")
+    img2gray_as(root / "examples", "gray-example")
+    result = init(cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("note: ")] == [
+        "note: examples/gray-example: left out of build_matrix.yaml: init set up the kernel in this folder's "
+        "build.toml; add it to build_matrix.yaml's kernels: to build it too"
+    ]
+    # What the note says works: both kernels in one matrix.
+    matrix = root / "build_matrix.yaml"
+    spec = yaml.safe_load(matrix.read_text())
+    assert spec.pop("kernel") == "."
+    matrix.write_text(yaml.safe_dump({**spec, "kernels": [".", "examples/gray-example"]}))
+    result = kernel_matrix("matrix", "--json", "--profile", "pr", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert {c["kernel"] for c in json.loads(result.stdout)["include"]} == {"gray", "gray-example"}
+
+    repo = tmp_path / "repo"
+    img2gray_as(repo / "kernels", "gray-a")
+    img2gray_as(repo / "a" / "b" / "c", "gray-deep")
+    result = init(cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load((repo / "build_matrix.yaml").read_text())["kernels"] == ["kernels/gray-a"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("note: ")] == [
+        "note: a/b/c/gray-deep: left out of build_matrix.yaml: deeper than the 3 folders init searches; add it to "
+        "build_matrix.yaml's kernels: to build it"
+    ]
+
+
+def test_init_of_a_root_kernel_it_cannot_build_names_the_kernels_below(tmp_path):
+    root = img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nminver = "2.9"\nmaxver = "2.9"\n')
+    img2gray_as(root / "kernels", "gray")
+    result = init(cwd=root)
+    assert result.returncode == 2 and not (root / "build_matrix.yaml").exists()
+    assert result.stderr.count("\n") == 1 and result.stderr.rstrip().endswith(
+        "init in a folder without a build.toml sets up the kernels below (kernels/gray)"
+    )

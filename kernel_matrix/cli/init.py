@@ -123,43 +123,46 @@ def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str
 
 def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[tuple[str, str]]]:
     """(folder relative to directory, its build.toml) for the kernel in directory, or
-    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml; and,
-    below it, the folders left out with why: a build.toml kernel-matrix refuses (its
-    first line), a kernel it builds no variant of (its backends, or a torch range outside
-    the default grid), a second kernel of one name. A kernel in directory itself is
+    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml; and the
+    folders left out with why: a build.toml kernel-matrix refuses (its first line), a
+    kernel it builds no variant of (its backends, or a torch range outside the default
+    grid), a second kernel of one name, a kernel deeper than the search looks, and (for
+    a kernel in directory itself) the kernels below it. A kernel in directory itself is
     refused for the same reasons."""
+    within, deeper = _build_toml_folders(directory)
+    too_deep = [
+        (folder, f"deeper than the {SEARCH_DEPTH} folders init searches; add it to {MATRIX}'s kernels: to build it")
+        for folder in deeper
+    ]
     if (directory / "build.toml").is_file():
+        below = [*within, *deeper]
         config = load_build_toml(directory)
         if reason := config.unbuilt() or _outside_the_grid(config):
-            raise ConfigError(f"{directory / 'build.toml'}: {reason}: init has nothing to set up (nothing written)")
-        return [(".", config)], []
+            elsewhere = ""
+            if below:
+                elsewhere = f"; init in a folder without a build.toml sets up the kernels below ({', '.join(below)})"
+            raise ConfigError(
+                f"{directory / 'build.toml'}: {reason}: init has nothing to set up (nothing written){elsewhere}"
+            )
+        root = f"init set up the kernel in this folder's build.toml; add it to {MATRIX}'s kernels: to build it too"
+        return [(".", config)], [(folder, root) for folder in below]
     found: list[tuple[str, BuildConfig]] = []
-    left_out: list[tuple[str, str]] = []
-    for root, folders, files in os.walk(directory):
-        here = Path(root)
-        depth = len(here.relative_to(directory).parts)
-        if depth and "build.toml" in files:
-            folder = here.relative_to(directory).as_posix()
-            folders.clear()  # a kernel's own subfolders hold no other kernel
-            try:
-                config = load_build_toml(here)
-            except ConfigError as exc:
-                lines = str(exc).splitlines()
-                more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-                left_out.append((folder, lines[0] + more))
-                continue
-            namesake = next((f for f, c in found if c.general.name == config.general.name), None)
-            if reason := config.unbuilt() or _outside_the_grid(config):
-                left_out.append((folder, reason))
-            elif namesake is not None:  # one matrix cannot hold two kernels of one name
-                left_out.append((folder, f"a second kernel named {config.general.name!r} (the first: {namesake})"))
-            else:
-                found.append((folder, config))
+    left_out: list[tuple[str, str]] = list(too_deep)
+    for folder in within:
+        try:
+            config = load_build_toml(directory / folder)
+        except ConfigError as exc:
+            lines = str(exc).splitlines()
+            more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+            left_out.append((folder, lines[0] + more))
             continue
-        # Sorted, so the matrix lists kernels in the same order on every machine.
-        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in NOT_KERNELS)
-        if depth >= SEARCH_DEPTH:
-            folders.clear()
+        namesake = next((f for f, c in found if c.general.name == config.general.name), None)
+        if reason := config.unbuilt() or _outside_the_grid(config):
+            left_out.append((folder, reason))
+        elif namesake is not None:  # one matrix cannot hold two kernels of one name
+            left_out.append((folder, f"a second kernel named {config.general.name!r} (the first: {namesake})"))
+        else:
+            found.append((folder, config))
     if not found:
         reasons = "".join(f"\n{folder}: {reason}" for folder, reason in sorted(left_out))
         raise ConfigError(
@@ -167,6 +170,35 @@ def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[t
             f"kernel's repository (kernel-builder's layout){reasons}"
         )
     return sorted(found), sorted(left_out)
+
+
+def _build_toml_folders(directory: Path) -> tuple[list[str], list[str]]:
+    """The folders below directory (relative, sorted) that hold a build.toml, SEARCH_DEPTH
+    levels down and never below one (a kernel's own subfolders hold no other kernel); and
+    those deeper, where the search does not go, so that init names them rather than skip
+    them without a word."""
+    within: list[str] = []
+    deeper: list[str] = []
+    for root, folders, files in os.walk(directory):
+        here = Path(root)
+        relative = here.relative_to(directory)
+        if relative.parts and "build.toml" in files:
+            within.append(relative.as_posix())
+            folders.clear()
+            continue
+        # Sorted, so the matrix lists kernels in the same order on every machine.
+        folders[:] = sorted(f for f in folders if _searched(f))
+        if len(relative.parts) >= SEARCH_DEPTH:
+            for folder in folders:
+                found = (p.parent.relative_to(directory) for p in (here / folder).rglob("build.toml"))
+                deeper += sorted(f.as_posix() for f in found if all(map(_searched, f.parts)))[:1]
+            folders.clear()
+    return within, deeper
+
+
+def _searched(folder: str) -> bool:
+    """Whether init looks for kernels in a folder of this name."""
+    return not folder.startswith(".") and folder not in NOT_KERNELS
 
 
 def default_spec() -> dict[str, Any]:
