@@ -392,6 +392,7 @@ def test_the_job_graph():
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
         assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
+        assert JOBS[name]["name"] == f"{name} ${{{{ matrix.job }}}}"  # not every matrix value
     assert JOBS["build"]["runs-on"] == JOBS["test-cpu"]["runs-on"] == BUILD_RUNS_ON  # GitHub-hosted for pull requests
     assert JOBS["test-gpu"]["runs-on"] == "${{ matrix.test_runner }}"
     assert JOBS["summary"]["if"] == "always()"
