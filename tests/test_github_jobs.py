@@ -20,7 +20,7 @@ def planned(limit: int, file=REPO / "build_matrix.yaml"):
     resolved = Selection(file).resolve()
     cells = list(resolved.cells)
     return cells, plan_jobs(
-        cells, lambda cell: resolved.kernel(cell).name, resolved._build_paths, str(resolved.matrix.path), limit
+        cells, lambda cell: resolved.kernel(cell).name, resolved.build_paths, str(resolved.matrix.path), limit
     )
 
 

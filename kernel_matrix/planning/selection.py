@@ -344,15 +344,15 @@ class Resolved:
         github_jobs', which batch cells over GitHub's job limit."""
         matrix = github_matrix(list(cells))
         for entry, cell in zip(matrix["include"], cells, strict=True):
-            entry["path"], entry["logs"] = self._build_paths(cell)
+            entry["path"], entry["logs"] = self.build_paths(cell)
         return matrix
 
     def github_jobs(self, cells: list[Cell] | tuple[Cell, ...]) -> list[Job]:
         """The build workflow's jobs for these cells: one each, or batches of a kernel's
         cells where there are more than a GitHub Actions matrix takes (github_jobs.plan_jobs)."""
-        return plan_jobs(cells, lambda cell: self.kernel(cell).name, self._build_paths, str(self.matrix.path))
+        return plan_jobs(cells, lambda cell: self.kernel(cell).name, self.build_paths, str(self.matrix.path))
 
-    def _build_paths(self, cell: Cell) -> tuple[str, str]:
+    def build_paths(self, cell: Cell) -> tuple[str, str]:
         """The cell's variant folder and its kernel's log folder, relative to build/."""
         build_dir = self.build_dir(Path("build"), self.kernel(cell))
         return build_dir.relative(cell.name), build_dir.logs.relative_to(build_dir.root).as_posix()
