@@ -217,7 +217,7 @@ class Runner:
         return env
 
     def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
-        workspace = self.workspace(name + (f"-{matrix['variant']}" if matrix else ""))
+        workspace = self.workspace(name + (f"-{matrix['job']}" if matrix else ""))
         github = self.context["github"] | {"workspace": str(workspace)}
         context = self.context | {"github": github, "matrix": matrix or {}}
         outputs: dict[str, str] = {}
@@ -269,13 +269,13 @@ class Runner:
         """plan, then each job of the graph for a tag push, in order."""
         plan = self.run_job("plan")
         self.context["needs"] = {"plan": {"outputs": plan}}
-        cells = json.loads(plan["cells"])["include"]
-        assert cells, plan
-        for cell in cells:
-            self.run_job("build", cell)
-        for cell in cells:
-            if runs(self.jobs["test-cpu"], self.context | {"matrix": cell}):
-                self.run_job("test-cpu", cell)
+        jobs = json.loads(plan["jobs"])["include"]
+        assert jobs, plan
+        for job in jobs:
+            self.run_job("build", job)
+        for job in jobs:
+            if runs(self.jobs["test-cpu"], self.context | {"matrix": job}):
+                self.run_job("test-cpu", job)
         # test-gpu: no GPU here (its condition and runner are tested in test_workflows.py).
         self.run_job("summary")
         assert runs(self.jobs["publish"], self.context)
