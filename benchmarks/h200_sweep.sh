@@ -7,6 +7,14 @@
 #                                                   # (END: seconds the driver may run, builds stop 90 s earlier)
 #   benchmarks/h200_sweep.sh dsl PART WORK          # the rest of nvidia-cutlass-dsl-libs-cu13 (too big for one call)
 #   benchmarks/h200_sweep.sh wait WORK OUT SECS     # wait for it (at most SECS), copy the results to OUT
+#   benchmarks/h200_sweep.sh save WORK OUT          # stop the driver (its process group, by the PID `start`
+#                                                   # kept) and put the builds' object caches in OUT as
+#                                                   # objects.tar.xz.aa, .ab, ... (15 MiB parts)
+#
+# A build longer than one call (flash-attn2: 77 objects, ~16 minutes of the 16 cores) goes on in the
+# next call, of this session or the next: `save` brings its compiled objects back, and `start` with
+# those parts in CARRY/objects/ restores them, so only the rest compiles (the object cache's hits).
+# A machine is given back 30 s after a call ends, so two calls rarely meet the same machine.
 #
 # `start` takes its settings from the environment (kept in WORK/env for the driver):
 #   SWEEP_ORDER="k1 k2 ..."  the kernels, in the order their builds start (default: ORDER below)
@@ -24,11 +32,12 @@
 #                            files (the rest comes with `dsl`; CARRY/dsl.sha256 is the whole's)
 #   CARRY/kc.tgz             huggingface/kernels-community at CARRY/kc-commit, unchanged
 #   CARRY/cutlass-deps.tgz   the pinned CUTLASS trees, fetched by kernel-matrix's own resolver
+#   CARRY/objects/           optional: objects.tar.xz.* from an earlier call's `save`
 # WORK/summary.tsv gets one tab-separated line per build, ABI check, load and suite;
 # WORK/logs/ the full logs.
 set -uo pipefail
 self=$(realpath "$0")
-mode=${1:?start, dsl, wait, run, one or suite}
+mode=${1:?start, dsl, wait, save, run, one or suite}
 # The driver's settings (SWEEP_* as `start` was given them), for the modes it runs itself.
 if [ "$mode" != start ] && [ -f "${2:-}/env" ]; then . "$2/env"; fi
 
@@ -75,6 +84,19 @@ if [ "$mode" = wait ]; then
   exit 0
 fi
 
+if [ "$mode" = save ]; then  # WORK OUT: stop the driver's group, bring the object caches back
+  work=${2:?WORK} out=${3:?OUT}
+  pid=$(cat "$work/driver.pid") || exit 3
+  kill -TERM -- "-$pid" 2>/dev/null
+  for _ in $(seq 20); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+  cd "$work/builds" || exit 3
+  mapfile -t caches < <(find . -maxdepth 3 -path '*/.cache/objects' -type d)
+  echo "objects: $(find "${caches[@]}" -name '*.o' | wc -l), $(du -sch "${caches[@]}" | tail -1)"
+  tar cf - "${caches[@]}" | xz -T0 -6 | split -b 15M - "$out/objects.tar.xz."
+  du -ch "$out"/objects.tar.xz.* | tail -1
+  exit 0
+fi
+
 if [ "$mode" = dsl ]; then  # PART WORK: join, check and unpack the cu13 libs into site-packages
   part=${2:?PART} work=${3:?WORK}
   cat "$work/dsl-a.part" "$part" >"$work/dsl.tar.xz" && (cd "$work" && sha256sum -c dsl.sha256 | sed "s|^|dsl: |") || exit 3
@@ -97,6 +119,10 @@ if [ "$mode" = start ]; then
   fi
   cp "$carry/kc-commit" "$work/" && cp -r "$carry/km" "$work/km" || exit 3
   tar xzf "$carry/cutlass-deps.tgz" -C "$work/deps" && tar xzf "$carry/kc.tgz" -C "$work/kc" || exit 3
+  if compgen -G "$carry/objects/objects.tar.xz.*" >/dev/null; then  # an earlier call's compiled objects
+    cat "$carry"/objects/objects.tar.xz.* | xz -d | tar x -C "$work/builds" || exit 3
+    echo "restored $(find "$work/builds" -path '*/.cache/objects/*' -name '*.o' | wc -l) objects"
+  fi
   cp "$self" "$work/driver.sh"  # the working tree here is replaced at each call: run a copy
   export PYTHONPATH=$work/km
   km --version || exit 3
@@ -106,6 +132,7 @@ if [ "$mode" = start ]; then
   echo "$end" >"$work/end"
   for var in ${!SWEEP_*}; do echo "export $var=${!var@Q}"; done >"$work/env"  # the driver's settings
   setsid nohup "$work/driver.sh" run "$work" >"$work/driver.log" 2>&1 </dev/null &
+  echo $! >"$work/driver.pid"  # setsid: the driver leads its own process group, which `save` stops
   echo "started"
   exit 0
 fi
