@@ -1372,3 +1372,19 @@ def test_test_variant_refuses_an_empty_name_in_a_batch(tmp_path, variants):
     result = subprocess.run(["bash", TEST_VARIANT, variants], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 1 and USAGE in result.stderr, result.stderr
     assert "variants failed: " in result.stderr
+
+
+def test_test_variant_removes_only_a_batchs_own_environments(tmp_path):
+    """After each variant of a batch its environment, build/.cache/test-variant/<name>, is removed: never a
+    path a mistyped name points elsewhere."""
+    victim = tmp_path / "build" / ".cache" / "victim"
+    victim.mkdir(parents=True)
+    own = tmp_path / "build" / ".cache" / "test-variant" / "a"
+    own.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "TEST_VARIANT_VENV"}
+    env |= {"KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
+    result = subprocess.run(
+        ["bash", TEST_VARIANT, "a,../victim"], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 1 and "error: 2 of 2 variants failed: a ../victim" in result.stderr, result.stderr
+    assert victim.is_dir() and not own.exists()
