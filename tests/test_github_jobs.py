@@ -98,6 +98,8 @@ def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     jobs = json.loads(outputs["jobs"])["include"]
     assert len(jobs) == 200 and {len(job["variants"].split(",")) for job in jobs} == {2}
     assert all(len(job["paths"].splitlines()) == 2 for job in jobs)
+    # Two cells a job: two cells' time, for builds that may run one after the other.
+    assert {(job["build_minutes"], job["test_minutes"]) for job in jobs} == {(180, 120)}
     gpu = json.loads(outputs["gpu_jobs"])["include"]
     assert sum(len(job["variants"].split(",")) for job in gpu) == 40 * 4 * 2  # the CUDA cells
 
@@ -114,3 +116,17 @@ def test_variant_takes_a_jobs_list_of_names():
         result.returncode == 2
         and result.stderr == f"error: --variant '{names[0]},': an empty variant name (expected NAME or NAME,NAME,...)\n"
     ), result.stderr
+
+
+def test_a_jobs_time_limit_grows_with_its_cells_up_to_githubs():
+    cells, jobs = planned(GITHUB_MATRIX_LIMIT)
+    assert (jobs[0].to_json()["build_minutes"], jobs[0].to_json()["test_minutes"]) == (90, 60)
+    group = [cell for cell in cells if shared(cell)[:5] == shared(cells[0])[:5]]
+    (job,) = planned_from(group, limit=1)
+    assert len(group) >= 4 and job.to_json()["build_minutes"] == 360  # 90 a cell, at most GitHub's 360
+    assert job.to_json(job.cells[:1])["test_minutes"] == 60  # the cells it tests (a GPU job's)
+
+
+def planned_from(cells, limit):
+    resolved = Selection(REPO / "build_matrix.yaml").resolve()
+    return plan_jobs(cells, lambda cell: "img2gray", resolved.build_paths, "m", limit)

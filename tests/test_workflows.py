@@ -697,7 +697,12 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     jobs = json.loads(lines[1].removeprefix("jobs="))  # what fromJSON parses
     assert jobs == cli_jobs("pr")
     keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "cpu_test", "paths", "logs"}
+    keys |= {"build_minutes", "test_minutes"}
     assert all(set(job) == keys for job in jobs["include"])
+    # A job a cell: the limits the jobs always had.
+    assert {(job["build_minutes"], job["test_minutes"]) for job in jobs["include"]} == {(90, 60)}
+    for name, minutes in (("build", "build_minutes"), ("test-cpu", "test_minutes"), ("test-gpu", "test_minutes")):
+        assert JOBS[name]["timeout-minutes"] == f"${{{{ matrix.{minutes} }}}}", name
 
 
 # --- artifacts: a variant travels from its build job to the tests and to publish as build/<variant>/, its wheel to

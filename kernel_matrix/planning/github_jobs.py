@@ -20,6 +20,13 @@ from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT, Cell
 
+# A job's time limit (timeout-minutes) for each of its cells, up to GitHub's limit for a job
+# on its hosted runners (6 hours): a batch of three cells gets three cells' time, as its
+# builds may run one after another.
+BUILD_MINUTES_A_CELL = 90
+TEST_MINUTES_A_CELL = 60
+GITHUB_JOB_MINUTES = 360
+
 
 @dataclass(frozen=True)
 class Job:
@@ -58,6 +65,9 @@ class Job:
             # upload-artifact's `path` input: one path a line.
             "paths": "\n".join(f"build/{path}/" for path in self.paths),
             "logs": self.logs,
+            # timeout-minutes (GitHub's expressions have no arithmetic: computed here).
+            "build_minutes": min(BUILD_MINUTES_A_CELL * len(self.cells), GITHUB_JOB_MINUTES),
+            "test_minutes": min(TEST_MINUTES_A_CELL * len(tested), GITHUB_JOB_MINUTES),
         }
 
 
