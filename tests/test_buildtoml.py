@@ -406,3 +406,27 @@ def test_the_python_depends_names_are_the_loaders():
     ours = data.load("python_depends")
     assert ours["general"] == sorted(theirs["general"])
     assert {b: sorted(names) for b, names in theirs["backends"].items()} == ours["backends"]
+
+
+@pytest.mark.parametrize(
+    ("name", "license", "advice"),
+    [
+        ("fp8-v3", 'license = "Apache-2.0"\n', "migrate it with `kernel-builder update-build` (it writes edition 5)"),
+        (
+            "qwen3_kernels",
+            "",
+            "`kernel-builder update-build` migrates it to edition 5 once general.name matches "
+            "^[a-z][-a-z0-9]*[a-z0-9]$ ('qwen3_kernels' does not) and general.license is set",
+        ),
+        ("ok-name", "", "`kernel-builder update-build` migrates it to edition 5 once general.license is set"),
+    ],
+)
+def test_edition_3_advice_names_what_update_build_refuses_first(tmp_path, name, license, advice):
+    """update-build's edition-3 reader (kernels-data config/v3.rs) refuses a name outside name.rs' pattern and a
+    file without license: the advice names them, not a command that would fail (huggingface examples did)."""
+    (tmp_path / "build.toml").write_text(
+        f'[general]\nname = "{name}"\n{license}backends = ["cpu"]\n\n[torch]\nsrc = []\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(tmp_path)
+    assert str(raised.value).endswith(advice) and "\n" not in str(raised.value), str(raised.value)

@@ -115,5 +115,5 @@ def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(
     result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel))
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == (
-        f"passed {variant.name}: gray has no tests/: nothing to run; {kernel / 'test'} is there, not read"
+        f"skipped {variant.name}: gray has no tests/: nothing to run; {kernel / 'test'} is there, not read"
     )

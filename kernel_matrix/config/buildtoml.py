@@ -49,6 +49,9 @@ Dependency = Literal[
 ]
 # A version in build.toml is a string of dot-separated numbers ("2.10").
 Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
+# kernel-builder's kernel names (kernels-data config/name.rs).
+_NAME_PATTERN = r"^[a-z][-a-z0-9]*[a-z0-9]$"
+_NAME = re.compile(_NAME_PATTERN)
 
 
 class Hub(Section):
@@ -87,7 +90,7 @@ class TpuGeneral(Section):  # edition 5
 
 
 class General(Section):
-    name: str = Field(pattern=r"^[a-z][-a-z0-9]*[a-z0-9]$")
+    name: str = Field(pattern=_NAME_PATTERN)
     # strict: `version = true` is no version (pydantic would read it as 1).
     version: int = Field(ge=0, strict=True)
     edition: int | None = None  # 5; absent in edition 4 files (upgraded in memory)
@@ -407,10 +410,18 @@ def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general
         *(["no general.version"] if "version" not in general else []),
         *(["no [torch] or [torch-noarch] section"] if not framework else []),
     ]
+    # What update-build's edition-3 reader (kernels-data config/v3.rs) refuses before it migrates.
+    name = general.get("name")
+    blockers = [
+        *([f"general.name matches {_NAME_PATTERN} ({name!r} does not)"] if not _NAME.match(str(name)) else []),
+        *(["general.license is set"] if "license" not in general else []),
+    ]
+    advice = "migrate it with `kernel-builder update-build` (it writes edition 5)"
+    if blockers:
+        advice = f"`kernel-builder update-build` migrates it to edition 5 once {' and '.join(blockers)}"
     problems.add(
         *toml_key_position(text, ("general",)),
-        f"edition 3 (no `edition`, {' and '.join(missing)}): kernel-builder no longer builds this format; "
-        "migrate it with `kernel-builder update-build` (it writes edition 5)",
+        f"edition 3 (no `edition`, {' and '.join(missing)}): kernel-builder no longer builds this format; {advice}",
     )
     return False
 
