@@ -49,14 +49,17 @@ def selection_of(
     from kernel_matrix.planning.selection import Selection
 
     # NAME,NAME,...: a build workflow job's batch of cells (github_jobs) in one argument.
-    for names in variant or ():
-        if "" in names.split(","):
-            raise ConfigError(f"--variant {names!r}: an empty variant name (expected NAME or NAME,NAME,...)")
+    variants: list[str] = []
+    for given in variant or ():
+        names = given.split(",")
+        if "" in names:
+            raise ConfigError(f"--variant {given!r}: an empty variant name (expected NAME or NAME,NAME,...)")
+        variants += names
     return Selection(
         file=file,
         profile=profile or "full",
         only=only,
-        variants=tuple(name for names in variant or () for name in names.split(",")),
+        variants=tuple(variants),
         kernels=tuple(kernel or ()),
         kernel_dir=kernel_dir,
     )

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from math import ceil
 from typing import Any
 
-from kernel_matrix.config.buildtoml import BUILDABLE_BACKENDS
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT, Cell
 
@@ -59,9 +58,7 @@ class Job:
             "build_runner": list(first.build_runner),
             "test_runner": list(first.test_runner),
             "noarch": first.variant.noarch,
-            # Runners exist for the backends kernel-matrix builds; a noarch variant of another
-            # backend is built, not tested.
-            "cpu_test": first.variant.backend in BUILDABLE_BACKENDS,
+            "cpu_test": first.cpu_testable,
             # upload-artifact's `path` input: one path a line.
             "paths": "\n".join(f"build/{path}/" for path in self.paths),
             "logs": self.logs,
@@ -74,7 +71,7 @@ class Job:
 def _batch_key(cell: Cell) -> tuple[object, ...]:
     """What every cell of one job shares: its kernel, runners, and how its steps treat it."""
     v = cell.variant
-    return (cell.kernel, v.arch, cell.build_runner, cell.test_runner, v.noarch, v.backend in BUILDABLE_BACKENDS)
+    return (cell.kernel, v.arch, cell.build_runner, cell.test_runner, v.noarch, cell.cpu_testable)
 
 
 def plan_jobs(

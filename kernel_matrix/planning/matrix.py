@@ -65,6 +65,12 @@ class Cell:
     refusal: str | None = None
 
     @property
+    def cpu_testable(self) -> bool:
+        """Runners exist for the backends kernel-matrix builds; a noarch variant of another
+        backend (xpu, metal) is built, not tested."""
+        return self.variant.backend in BUILDABLE_BACKENDS
+
+    @property
     def gpu_testable(self) -> bool:
         """A CUDA cell, unless its build will refuse it, or the GPU runners' declared
         capability runs none of its archs: the loader would refuse the variant there
@@ -98,9 +104,7 @@ class Cell:
             "test_runner": list(self.test_runner),
             "noarch": v.noarch,
             "stable_abi": v.stable_abi,
-            # Runners exist for the backends kernel-matrix builds; a noarch variant of another
-            # backend is built, not tested.
-            "cpu_test": v.backend in BUILDABLE_BACKENDS,
+            "cpu_test": self.cpu_testable,
             "gpu_test": self.gpu_testable,
         }
 
