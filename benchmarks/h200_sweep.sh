@@ -14,7 +14,9 @@
 # A build longer than one call (flash-attn2: 77 objects, ~16 minutes of the 16 cores) goes on in the
 # next call, of this session or the next: `save` brings its compiled objects back, and `start` with
 # those parts in CARRY/objects/ restores them, so only the rest compiles (the object cache's hits).
-# A machine is given back 30 s after a call ends, so two calls rarely meet the same machine.
+# A machine is given back 30 s after a call ends: a call may meet the last one's machine, WORK and all.
+# `start` keeps WORK/builds then (its object caches) and clears the rest. One call's budget: start
+# (~50 s with a restore) + wait + save (~30 s) + the transfers must stay inside the 600 s of a call.
 #
 # `start` takes its settings from the environment (kept in WORK/env for the driver):
 #   SWEEP_ORDER="k1 k2 ..."  the kernels, in the order their builds start (default: ORDER below)
@@ -22,11 +24,13 @@
 #   SWEEP_SUITE_SECONDS (each suite's limit), SWEEP_SUITE_SECONDS_OF="kernel=seconds ..."
 #   SWEEP_CAPS="kernel=8.0,9.0 ..."  --cuda-capabilities of a kernel (beside CAPS below)
 #
-# CARRY (made on the development machine, carried to the device):
+# CARRY (made on the development machine, carried to the device; benchmarks/h200_carry.py makes one
+# for the kernels named, all but the DSL parts):
 #   CARRY/km/                a snapshot of kernel-matrix (git archive HEAD kernel_matrix pyproject.toml),
 #                            run as PYTHONPATH=WORK/km python3 -m kernel_matrix
-#   CARRY/whl/               wheels the device's python3 lacks: kernels 0.17.2 and its dependencies,
-#                            kernel-matrix's (pydantic, tomli-w, docker, kernel-abi-check), apache-tvm-ffi
+#   CARRY/whl/               wheels the device's python3 lacks, all installed: kernels 0.17.2 and its
+#                            dependencies, kernel-matrix's (pydantic, tomli-w, docker, kernel-abi-check),
+#                            apache-tvm-ffi where a kernel of the sweep needs it
 #   CARRY/whl-dsl/           nvidia-cutlass-dsl 4.8.1 with libs-base and libs-core (installed --no-deps)
 #   CARRY/dsl-a.part         the first bytes of a tar.xz of the nvidia-cutlass-dsl-libs-cu13 4.8.1 wheel's
 #                            files (the rest comes with `dsl`; CARRY/dsl.sha256 is the whole's)
@@ -66,6 +70,18 @@ elapsed() { echo $(($(date +%s) - $(cat "$work/t0"))); }
 oneline() { grep -v '^\s*$' "$1" | grep -v '^+ ' | tail -1 | tr '\t' ' ' | cut -c1-300; }
 km() { python3 -m kernel_matrix "$@"; }
 
+stop_driver() {  # WORK: stop a sweep `start` began there, by the PIDs it kept
+  # The driver's group first (it starts no build after that), then each build's timeout group.
+  # A build still running would go on compiling beside the next call's (twice the load): wait for them.
+  local groups pid
+  groups=$(cat "$1/driver.pid" "$1"/build-*.pid 2>/dev/null)
+  for pid in $groups; do kill -TERM -- "-$pid" 2>/dev/null; done
+  for pid in $groups; do
+    for _ in $(seq 30); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 -- "-$pid" 2>/dev/null && echo "process group $pid still running after 30 s"
+  done
+}
+
 if [ "$mode" = wait ]; then
   work=${2:?WORK} out=${3:?OUT} secs=${4:-540}
   end=$((SECONDS + secs))
@@ -86,12 +102,11 @@ fi
 
 if [ "$mode" = save ]; then  # WORK OUT: stop the driver's group, bring the object caches back
   work=${2:?WORK} out=${3:?OUT}
-  pid=$(cat "$work/driver.pid") || exit 3
-  kill -TERM -- "-$pid" 2>/dev/null
-  for _ in $(seq 20); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+  [ -f "$work/driver.pid" ] || exit 3
+  stop_driver "$work"
   cd "$work/builds" || exit 3
   mapfile -t caches < <(find . -maxdepth 3 -path '*/.cache/objects' -type d)
-  echo "objects: $(find "${caches[@]}" -name '*.o' | wc -l), $(du -sch "${caches[@]}" | tail -1)"
+  echo "cached objects: $(find "${caches[@]}" -type f -path '*/objects/*/objects/*' | wc -l), $(du -sch "${caches[@]}" | tail -1)"
   tar cf - "${caches[@]}" | xz -T0 -6 | split -b 15M - "$out/objects.tar.xz."
   du -ch "$out"/objects.tar.xz.* | tail -1
   exit 0
@@ -108,10 +123,15 @@ fi
 
 if [ "$mode" = start ]; then
   carry=$(realpath "${2:?CARRY}") work=${3:?WORK} end=${4:?END}
+  if [ -d "$work" ]; then  # the last call's machine: keep its builds' object caches, clear the rest
+    echo "$work exists: keeping $work/builds"
+    stop_driver "$work"  # a sweep whose call ended before its `save`
+    find "$work" -mindepth 1 -maxdepth 1 ! -name builds -exec rm -rf {} +
+  fi
   mkdir -p "$work/logs" "$work/deps" "$work/builds" "$work/kc" || exit 3
-  python3 -m pip install -q --no-index --find-links "$carry/whl" "kernels==0.17.2" "pydantic>=2.6" \
-    "tomli-w>=1.0" "docker>=7" "huggingface_hub>=1.10" "kernel-abi-check>=0.14" "typer>=0.12" "rich>=13" \
-    apache-tvm-ffi einops pyyaml packaging >"$work/logs/pip.log" 2>&1 || { tail -5 "$work/logs/pip.log"; exit 3; }
+  # every carried wheel; their needs come from the carry or from what the device has already
+  python3 -m pip install -q --no-index --find-links "$carry/whl" "$carry"/whl/*.whl \
+    >"$work/logs/pip.log" 2>&1 || { tail -5 "$work/logs/pip.log"; exit 3; }
   if [ -d "$carry/whl-dsl" ]; then  # a sweep of the kernels that need nvidia-cutlass-dsl
     python3 -m pip install -q --no-index --no-deps "$carry"/whl-dsl/*.whl >>"$work/logs/pip.log" 2>&1 || exit 3
     cp "$carry/dsl-a.part" "$carry/dsl.sha256" "$work/" || exit 3
@@ -121,7 +141,7 @@ if [ "$mode" = start ]; then
   tar xzf "$carry/cutlass-deps.tgz" -C "$work/deps" && tar xzf "$carry/kc.tgz" -C "$work/kc" || exit 3
   if compgen -G "$carry/objects/objects.tar.xz.*" >/dev/null; then  # an earlier call's compiled objects
     cat "$carry"/objects/objects.tar.xz.* | xz -d | tar x -C "$work/builds" || exit 3
-    echo "restored $(find "$work/builds" -path '*/.cache/objects/*' -name '*.o' | wc -l) objects"
+    echo "restored $(find "$work/builds" -type f -path '*/.cache/objects/*/objects/*' | wc -l) cached objects"
   fi
   cp "$self" "$work/driver.sh"  # the working tree here is replaced at each call: run a copy
   export PYTHONPATH=$work/km
@@ -175,8 +195,13 @@ if [ "$mode" = one ]; then  # build, check the ABI, load
   esac
   echo "+ python3 -m kernel_matrix build --kernel-dir $dir --build-dir $b ${args[*]}" >"$log"
   t0=$(date +%s)
-  timeout -k 10 "$left" python3 -m kernel_matrix build --kernel-dir "$dir" --build-dir "$b" "${args[@]}" >>"$log" 2>&1
+  # timeout leads a process group of its own, which the driver's does not hold: `save` stops it by
+  # the PID kept here (kernel-matrix turns the TERM into stopping the compilers it started).
+  timeout -k 10 "$left" python3 -m kernel_matrix build --kernel-dir "$dir" --build-dir "$b" "${args[@]}" >>"$log" 2>&1 &
+  echo $! >"$work/build-$k.pid"
+  wait $!
   rc=$? secs=$(($(date +%s) - t0))
+  rm -f "$work/build-$k.pid"
   variants=$(for v in "$b"/*/metadata.json; do [ -e "$v" ] && basename "$(dirname "$v")"; done | tr '\n' ' ')
   progress=$(grep -o '\[[0-9]*/[0-9]*\]' "$log" | tail -1)
   tsv BUILD "$k" "$rc" "$secs" "$kind: ${variants:-none}" "${progress:--}" "$(oneline "$log")"
