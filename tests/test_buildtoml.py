@@ -2,6 +2,7 @@
 line with file:line:col, all of them, exit code 2, no traceback, nothing built."""
 
 import json
+import shutil
 
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
@@ -53,6 +54,20 @@ CASES = [
     ("bad name", 'name = "img2gray"', 'name = "Img2Gray!"', 'name = "Img2Gray!"', "'general.name'"),
     ("malformed TOML", "[torch]", "[torch", "[torch", "invalid TOML"),
     (
+        "a key set twice",  # tomllib says "Cannot overwrite a value" at the document's end
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nlicense = "MIT"',
+        'license = "MIT"',
+        "invalid TOML: 'general.license' is set twice (first at line 7): TOML allows a key or table once",
+    ),
+    (
+        "a key that is also a table",
+        'name = "img2gray"',
+        'name = "img2gray"\nhub = "kernel-matrix/img2gray"',
+        "[general.hub]",
+        "invalid TOML: 'general.hub' is set twice (first at line 5)",
+    ),
+    (
         "a Hub branch that is a path",
         'repo-id = "kernel-matrix/img2gray"',
         'repo-id = "kernel-matrix/img2gray"\nbranch = "../main"',
@@ -74,6 +89,23 @@ def test_bad_build_toml_is_one_clear_line(kernel_copy, tmp_path, case):
     if case[0] == "missing source":
         line = _line_of(kernel_copy, "[kernel.img2gray_cuda]") + 3  # its `src = [` line
     assert text.startswith(f"{kernel_copy / 'build.toml'}:{line}:"), text
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ('[a]\nx = """\nx = 1\n"""\n[b]\nx = [\n  "[a]",\n]\n', None),  # a multi-line string, array
+        ("[[t]]\na = 1\n[[t]]\na = 2\n[t2]\n", None),  # each entry of an array of tables is a table
+        ("[a.b]\nc = 1\n[a]\nd = 1\n", None),  # a table made by a header's path is declared once
+        ("[a]\nb.c = 1\n[a.b]\nd = 1\n", (3, 1, "a.b", 2)),  # ... one made by a dotted key may not be
+        ("[[t]]\na = 1\na = {x = 1} # [\n", (3, 1, "t.a", 2)),
+        ("x = 1\n  'x' = 2\n", (2, 3, "x", 1)),
+    ],
+)
+def test_redefined_key_finds_what_tomllib_refuses_and_nothing_else(text, found):
+    from kernel_matrix.config.sourcelines import redefined_key
+
+    assert redefined_key(text) == found
 
 
 def test_every_problem_of_a_build_toml_gets_its_own_line(kernel_copy, tmp_path):
@@ -270,6 +302,45 @@ def test_sections_of_other_backends_are_read_and_skipped(kernel_copy):
     config = load_build_toml(kernel_copy)
     assert config.skipped_sections() == ["gray_rocm"] and config.kernel["gray_rocm"].rocm_archs == ["gfx942"]
     assert "gray_rocm" not in config.kernels_for("cuda")
+
+
+def test_matrix_notes_skipped_sections_and_an_edition_4_file_at_their_lines(kernel_copy):
+    """What the builds will say (a section left out, a file upgraded in memory, as kernel-builder
+    warns), `matrix` says first, each at its line;."""
+    _edit(kernel_copy, "edition = 5\n", "")
+    _edit(
+        kernel_copy,
+        "[kernel.img2gray_cpu]",
+        '[kernel.gray_xpu]\nbackend = "xpu"\ndepends = []\nsrc = ["csrc/img2gray_cuda.cu"]\n\n[kernel.img2gray_cpu]',
+    )
+    lines = (kernel_copy / "build.toml").read_text().splitlines()
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel_copy))
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if ": note: " in line]
+    section, general = lines.index("[kernel.gray_xpu]") + 1, lines.index("[general]") + 1
+    path = kernel_copy / "build.toml"
+    assert notes == [
+        f"{path}:{section}:1: note: [kernel.gray_xpu] (xpu) skipped: kernel-matrix builds cpu and cuda",
+        f"{path}:{general}:1: note: no `edition` in [general]: read as edition 4 and upgraded to edition 5 in "
+        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 5",
+    ]
+
+
+def test_matrix_names_the_edition_4_files_of_a_repository_in_one_line(tmp_path):
+    for name in ("gray-a", "gray-b", "gray-c"):
+        shutil.copytree(KERNEL_DIR, tmp_path / name, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        _edit(tmp_path / name, 'name = "img2gray"', f'name = "{name}"')
+        if name != "gray-c":
+            _edit(tmp_path / name, "edition = 5\n", "")
+    matrix = (KERNEL_DIR.parent / "build_matrix.yaml").read_text()
+    (tmp_path / "build_matrix.yaml").write_text(matrix.replace("kernel: kernel", "kernels: [gray-a, gray-b, gray-c]"))
+    result = kernel_matrix("matrix", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "note: " in line]
+    assert notes == [
+        "note: 2 build.toml files have no `edition` in [general]: read as edition 4 and upgraded to edition 5 in "
+        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 5 (gray-a, gray-b)"
+    ]
 
 
 @pytest.mark.parametrize("value", ['"sm_90"', '"9"', '" 9.0"', '"9.0b"'])

@@ -214,11 +214,14 @@ def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):
     result = kernel_matrix("matrix", "--kernel-dir", str(kernel))
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "will fail to build" in line]
+    # At the section's cuda-capabilities line: the one to change.
+    lines = (kernel / "build.toml").read_text().splitlines()
+    line = lines.index('cuda-capabilities = ["10.0a", "12.0a"]') + 1
     assert warnings == [
-        f"{kernel / 'build.toml'}: warning: [kernel.img2gray_cuda]: none of cuda-capabilities ['10.0a', '12.0a'] "
-        "can be built with CUDA 12.6: 8 cell(s) of gray-blackwell will fail to build (torch211-cxx11-cu126-aarch64-"
-        "linux, torch211-cxx11-cu126-x86_64-linux, torch212-cxx11-cu126-aarch64-linux, ...); general.cuda.minver = "
-        '"12.8" leaves them out'
+        f"{kernel / 'build.toml'}:{line}:1: warning: [kernel.img2gray_cuda]: none of cuda-capabilities "
+        "['10.0a', '12.0a'] can be built with CUDA 12.6: 8 cell(s) of gray-blackwell will fail to build "
+        "(torch211-cxx11-cu126-aarch64-linux, torch211-cxx11-cu126-x86_64-linux, torch212-cxx11-cu126-aarch64-linux, "
+        '...); general.cuda.minver = "12.8" leaves them out'
     ]
     with (kernel / "build.toml").open("a") as toml:
         toml.write('\n[general.cuda]\nminver = "12.8"\n')

@@ -136,6 +136,7 @@ def build_native(
     `expected` asks for: refused before anything is written if it would be another)."""
     from kernel_matrix.building.compile import Progress
     from kernel_matrix.building.native_build import build_noarch, build_variant, plan_build, write_build_stats
+    from kernel_matrix.config.buildtoml import EDITION_4_NOTE, located, skipped_note
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
@@ -147,13 +148,12 @@ def build_native(
         nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
         expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
-    for name in plan.config.skipped_sections():
-        console.print(
-            f"note: [kernel.{name}] is for {plan.config.kernel[name].backend}, which kernel-matrix does not build "
-            "(cpu, cuda): skipped",
-            markup=False,
-            highlight=False,
-        )
+    notes = [skipped_note(kernel.dir, plan.config)]
+    if plan.config.general.edition is None and expected is None:  # a cell's container: `matrix` said it
+        notes.append(f"{located(kernel.dir, 'general')}: note: {EDITION_4_NOTE}")
+    for note in notes:
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
     for name in plan.own_list_sections(capabilities):
         console.print(
             f"note: [kernel.{name}]: none of its cuda-capabilities is among --cuda-capabilities "

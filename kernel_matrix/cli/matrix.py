@@ -69,6 +69,8 @@ def matrix(
     resolved = resolve(selection)
     for warning in [*resolved.matrix.warnings, *resolved.idle, *resolved.refusals]:
         console.print(styled((warning, "yellow")), soft_wrap=True)
+    for note in resolved.notes:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     cells = list(resolved.cells)
     event = GithubEvent.from_environment()
     check_runners(resolved.matrix, cells, event)

@@ -20,7 +20,7 @@ from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.section import Section
-from kernel_matrix.config.sourcelines import Problems, toml_key_position, where
+from kernel_matrix.config.sourcelines import Problems, redefined_key, toml_key_position, where
 from kernel_matrix.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -256,6 +256,34 @@ class BuildConfig(Section):
         return [name for name, k in self.kernel.items() if k.backend not in BUILDABLE_BACKENDS]
 
 
+def located(kernel_dir: Path, *loc: str) -> str:
+    """`<kernel_dir>/build.toml:line:col` of a key path (its table's header where the key
+    is not written), for a line about a file load_build_toml has read."""
+    path = kernel_dir / "build.toml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # read before; gone or changed since
+        return str(path)
+    return where(path, *toml_key_position(text, loc))
+
+
+EDITION_4_NOTE = (
+    "no `edition` in [general]: read as edition 4 and upgraded to edition 5 in memory, as kernel-builder "
+    "does; `kernel-builder update-build` writes edition 5"
+)
+
+
+def skipped_note(kernel_dir: Path, config: BuildConfig) -> str | None:
+    """The line that says which [kernel.*] sections a build of this kernel leaves out
+    (backends kernel-matrix does not build), at the first one; None when none is."""
+    skipped = config.skipped_sections()
+    if not skipped or config.unbuilt():  # a kernel of those backends alone: `matrix` warns of it as a whole
+        return None
+    sections = ", ".join(f"[kernel.{name}] ({config.kernel[name].backend})" for name in skipped)
+    built = " and ".join(BUILDABLE_BACKENDS)
+    return f"{located(kernel_dir, 'kernel', skipped[0])}: note: {sections} skipped: kernel-matrix builds {built}"
+
+
 def load_build_toml(kernel_dir: Path) -> BuildConfig:
     """Parse kernel_dir/build.toml. Its problems are one ConfigError, a
     `file:line:col: message` line each: all of them, except where the file
@@ -272,7 +300,10 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
         # Python < 3.14 keeps the position only in the message text.
         position = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         line, col = (int(position.group(1)), int(position.group(2))) if position else (1, 1)
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
+        if message.startswith(("Cannot overwrite a value", "Cannot declare")) and (found := redefined_key(text)):
+            line, col, key, earlier = found
+            message = f"'{key}' is set twice (first at line {earlier}): TOML allows a key or table once"
         raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
     problems = Problems(path)
     if not _check_edition(problems, text, raw):

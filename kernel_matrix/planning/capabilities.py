@@ -78,8 +78,12 @@ class UnbuildableSection(ConfigError):
     """A [kernel.*] section this CUDA version's nvcc cannot build: none of its
     cuda-capabilities, or a family-specific one before CUDA 12.9."""
 
-    def __init__(self, build_toml: Path, problem: str) -> None:
-        super().__init__(f"{build_toml}: {problem}")
+    def __init__(self, build_toml: Path, section: str, problem: str) -> None:
+        from kernel_matrix.config.buildtoml import located
+
+        # At the section's cuda-capabilities (its header where it has none).
+        self.where = located(build_toml.parent, "kernel", section, "cuda-capabilities")
+        super().__init__(f"{self.where}: {problem}")
         self.build_toml, self.problem = build_toml, problem
 
 
@@ -115,6 +119,7 @@ def section_capabilities(
         if not chosen:
             raise UnbuildableSection(
                 build_toml,
+                name,
                 f"[kernel.{name}]: none of cuda-capabilities {kernel.cuda_capabilities} can be built with "
                 f"CUDA {cuda_version}",
             )
@@ -123,6 +128,7 @@ def section_capabilities(
             # nvcc stops at the first file (kernel-builder's build fails there too): say so now.
             raise UnbuildableSection(
                 build_toml,
+                name,
                 f"[kernel.{name}]: cuda-capabilities {family} are family-specific, which CUDA {cuda_version}'s "
                 "nvcc cannot compile (CUDA 12.9 and later can)",
             )

@@ -28,7 +28,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
+from kernel_matrix.config.buildtoml import EDITION_4_NOTE, BuildConfig, load_build_toml, located, skipped_note
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
@@ -122,7 +122,7 @@ def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
     try:
         sections = section_capabilities(kernel.config, cuda, narrowed, build_toml=kernel.dir / "build.toml")
     except UnbuildableSection as refusal:
-        return (), f"{refusal.build_toml}: warning: {refusal.problem}"
+        return (), f"{refusal.where}: warning: {refusal.problem}"
     return tuple(variant_archs(sections)), None
 
 
@@ -305,6 +305,21 @@ class Resolved:
             elif not self.cells_of(kernel):  # e.g. the pr profile's newest torch is above its maxver
                 reason = f"its backends and torch/CUDA ranges leave none of this selection's cells: {kernel.name}"
                 lines.append(f"{kernel.dir / 'build.toml'}: warning: {reason} is not built or tested here")
+        return lines
+
+    @property
+    def notes(self) -> list[str]:
+        """What the selected kernels' builds will say about their build.toml files, said
+        before any job runs: [kernel.*] sections of backends kernel-matrix does not build
+        (a line a kernel), and files without `edition`, upgraded in memory as kernel-builder
+        upgrades them (a line of their own for one kernel, else one line naming them all)."""
+        lines = [note for kernel in self.kernels if (note := skipped_note(kernel.dir, kernel.config))]
+        edition_4 = [kernel for kernel in self.kernels if kernel.config.general.edition is None]
+        if len(edition_4) == 1:
+            lines.append(f"{located(edition_4[0].dir, 'general')}: note: {EDITION_4_NOTE}")
+        elif edition_4:
+            names = ", ".join(kernel.name for kernel in edition_4)
+            lines.append(f"note: {len(edition_4)} build.toml files have {EDITION_4_NOTE} ({names})")
         return lines
 
     @property
