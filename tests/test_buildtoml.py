@@ -1,6 +1,7 @@
 """kernel/build.toml: the real file parses; every problem of a bad one is one
 line with file:line:col, all of them, exit code 2, no traceback, nothing built."""
 
+import contextlib
 import json
 import shutil
 
@@ -51,7 +52,35 @@ CASES = [
         '"csrc/nope.cpp",',
         "source file 'csrc/nope.cpp' does not exist",
     ),
-    ("bad name", 'name = "img2gray"', 'name = "Img2Gray!"', 'name = "Img2Gray!"', "'general.name'"),
+    (
+        "bad name",
+        'name = "img2gray"',
+        'name = "Img2Gray!"',
+        'name = "Img2Gray!"',
+        "'general.name' = 'Img2Gray!': a kernel name starts with a lowercase letter, holds only lowercase letters, "
+        "digits and dashes, and ends with a letter or digit (kernel-builder's rule); did you mean 'img2gray'?",
+    ),
+    (
+        "no backend",
+        'backends = ["cpu", "cuda"]',
+        "backends = []",
+        "backends = []",
+        "'general.backends' = []: names no backend: give one or more of cann, cpu, cuda, metal",
+    ),
+    (
+        "a source that is no git URL",
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nsource = "github.com/org/img2gray"',
+        "source =",
+        "'general.source' = 'github.com/org/img2gray': not a git URL: expected e.g. https://github.com/org/repo",
+    ),
+    (
+        "an upstream of another scheme",
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nupstream = "ftp://example.com/img2gray"',
+        "upstream =",
+        "'general.upstream' = 'ftp://example.com/img2gray': unsupported scheme 'ftp' in a git URL",
+    ),
     ("malformed TOML", "[torch]", "[torch", "[torch", "invalid TOML"),
     (
         "a key set twice",  # tomllib says "Cannot overwrite a value" at the document's end
@@ -103,9 +132,32 @@ def test_bad_build_toml_is_one_clear_line(kernel_copy, tmp_path, case):
     ],
 )
 def test_redefined_key_finds_what_tomllib_refuses_and_nothing_else(text, found):
+    import tomllib
+
+    with pytest.raises(tomllib.TOMLDecodeError) if found else contextlib.nullcontext():
+        tomllib.loads(text)
     from kernel_matrix.config.sourcelines import redefined_key
 
     assert redefined_key(text) == found
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        # kernels-data config/git_url.rs test_valid_urls
+        "https://github.com/org/repo",
+        "http://github.com/org/repo.git",
+        "git://github.com/org/repo.git",
+        "ssh://git@github.com/org/repo.git",
+        "git+ssh://git@github.com/org/repo.git",
+        "git+https://github.com/org/repo.git",
+        "git@github.com:drbh/yamoe.git",
+        "user@gitlab.com:group/project.git",
+    ],
+)
+def test_upstream_takes_the_git_urls_kernel_builder_takes(kernel_copy, url):
+    _edit(kernel_copy, 'license = "Apache-2.0"', f'license = "Apache-2.0"\nupstream = "{url}"')
+    assert load_build_toml(kernel_copy).general.upstream == url
 
 
 def test_every_problem_of_a_build_toml_gets_its_own_line(kernel_copy, tmp_path):

@@ -118,6 +118,25 @@ def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_pa
     assert gpu == {}  # its metadata.json says 10.0a: the loader refuses it on sm_90
 
 
+def test_a_python_only_kernel_names_a_backend_once_and_keeps_to_its_cuda_range(tmp_path):
+    """kernel-builder's backends are a set, and it builds noarch variants from the build sets
+    [general.cuda] leaves: torch-cuda takes the newest torch of a CUDA within the range."""
+    kernel = noarch_kernel(tmp_path, "gray-twice", '["cuda", "cuda", "cpu"]')
+    cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    assert sorted(c["variant"] for c in cells) == ["torch-cpu", "torch-cuda"]
+
+    kernel = noarch_kernel(tmp_path, "gray-cuda12", '["cuda"]', general='[general.cuda]\nmaxver = "12.9"\n')
+    cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    (cell,) = cells
+    assert cell["variant"] == "torch-cuda" and cell["cuda"].startswith("12.")
+    newest = max(int(c["torch"].split(".")[1]) for c in plan(matrix_for(tmp_path, KERNEL_DIR, None), tmp_path)[0])
+    assert cell["torch"] == f"2.{newest}"  # the default matrix's newest torch has a CUDA 12 build
+
+    kernel = noarch_kernel(tmp_path, "gray-old", '["cuda", "cpu"]', general='[general.cuda]\nmaxver = "12.0"\n')
+    cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
+    assert [c["variant"] for c in cells] == ["torch-cpu"]  # no CUDA of the grid is that old
+
+
 def test_gpu_runners_of_a_declared_capability_get_only_the_cells_they_can_run(tmp_path):
     kernel = blackwell_only(tmp_path)
     cells, gpu = plan(matrix_for(tmp_path, kernel, None), tmp_path)

@@ -3,6 +3,7 @@ a build_matrix.yaml, and `kernel-matrix init`, whose files must pass actionlint 
 zizmor as the project's own workflows do. Kernels are copies of ../shared/corpus."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -369,3 +370,20 @@ def test_init_of_a_root_kernel_it_cannot_build_names_the_kernels_below(tmp_path)
     assert result.stderr.count("\n") == 1 and result.stderr.rstrip().endswith(
         "init in a folder without a build.toml sets up the kernels below (kernels/gray)"
     )
+
+
+def test_init_finishes_when_its_reader_stops_reading(tmp_path):
+    """`kernel-matrix init | head -1`: the reader leaves after one line. init still writes both
+    files and exits 0, saying nothing (Python and click would stop at the next write, exit 1)."""
+    kernel = img2gray_as(tmp_path, "gray")
+    read, write = os.pipe()
+    os.close(read)  # gone before the first line: every write meets EPIPE
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kernel_matrix", "init"], cwd=kernel, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert result.returncode == 0 and result.stderr == ""
+    assert (kernel / "build_matrix.yaml").is_file()
+    assert (kernel / ".github" / "workflows" / "kernel-matrix.yml").is_file()

@@ -112,6 +112,7 @@ def run_kernel_tests(
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     args = [*(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []), *pytest_args]
+    what = f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}"
     # A copy of tests/ in a folder of its own: the kernel's sources (a `relu/` source
     # folder beside tests/) can never shadow the variant under test.
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
@@ -137,15 +138,37 @@ def run_kernel_tests(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(alias.parent), os.environ.get("PYTHONPATH")]))
         # Run from the copy's parent, as from a kernel's root: `python -m pytest` puts the
         # working folder on sys.path, where activation's tests/kernels/ would shadow `kernels`.
+        # pytest's own count of what ran (before the caller's arguments: a --junit-xml of
+        # theirs wins, and the count is then not known).
+        report = Path(scratch) / "report.xml"
+        args = [f"--junit-xml={report}", *args]
         code = _run_pytest(
             env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch)
         )
+        counts = _counts(report)
     if code == NO_TESTS_COLLECTED:
         marker = " marked kernels_ci" if marked else ""
         return Outcome(
             f"0 tests of {config.general.name}{marker} collected (pytest exit 5: a pass, as in upstream's CI)"
         )
-    return Outcome(f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}")
+    if counts is None:
+        return Outcome(what)
+    ran, skipped = counts
+    if ran == skipped:  # pytest exits 0, and nothing was tested (no GPU for a CUDA-only suite, say)
+        return Outcome(f"{what}: all {ran} skipped, none ran", skipped=True)
+    return Outcome(f"{what}: {ran - skipped} ran, {skipped} skipped")
+
+
+def _counts(report: Path) -> tuple[int, int] | None:
+    """(tests, skipped) from pytest's JUnit XML report, or None where it is not there."""
+    from xml.etree import ElementTree
+
+    try:
+        root = ElementTree.parse(report).getroot()
+        suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+        return sum(int(s.get("tests", 0)) for s in suites), sum(int(s.get("skipped", 0)) for s in suites)
+    except (OSError, ElementTree.ParseError, ValueError):
+        return None
 
 
 # Runs in the tests' interpreter: the capability of the GPU its torch would use, or null

@@ -7,10 +7,12 @@ options they share in options.py, tables in render.py, output in console.py."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 
@@ -79,6 +81,40 @@ def interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+class ReaderMayLeave:
+    """sys.stdout, whose reader may stop reading early (`kernel-matrix init | head -1`).
+    Python, and click around it, would end the command at its next write, with exit 1 and
+    no word, half done (init without its workflow file, a build stopped). Here the rest of
+    the output goes to /dev/null instead (as Python's documentation advises for
+    EPIPE), and the command finishes and exits as its work did."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        # The stream's buffer is still unwritten: the descriptor is replaced, so that every
+        # later flush (the interpreter's at exit too) succeeds.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding ...: the stream's
+        return getattr(self._stream, name)
+
+
 def main() -> None:
     if TYPE_CHECKING:  # checked against the typer the environment has
         from typer._click import exceptions as click
@@ -89,6 +125,7 @@ def main() -> None:
             from click import exceptions as click
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
+    sys.stdout = cast(TextIO, ReaderMayLeave(sys.stdout))
     try:
         # Not standalone: click's own usage errors come here, to be one line too.
         code = app(standalone_mode=False)

@@ -10,10 +10,10 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, cast, get_args
 
 from packaging.version import Version as PackagingVersion
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernel_matrix import data
 from kernel_matrix.config.capability import Capability
@@ -52,6 +52,43 @@ Version = Annotated[str, Field(pattern=r"^\d+(\.\d+)*$")]
 # kernel-builder's kernel names (kernels-data config/name.rs).
 _NAME_PATTERN = r"^[a-z][-a-z0-9]*[a-z0-9]$"
 _NAME = re.compile(_NAME_PATTERN)
+NAME_RULE = (
+    "a kernel name starts with a lowercase letter, holds only lowercase letters, digits and dashes, "
+    "and ends with a letter or digit (kernel-builder's rule)"
+)
+
+
+def _kernel_name(name: str) -> str:
+    if not _NAME.match(name):
+        fixed = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        raise ValueError(NAME_RULE + (f"; did you mean '{fixed}'?" if _NAME.match(fixed) else ""))
+    return name
+
+
+# kernels-data config/git_url.rs: a URL of these schemes, or scp-like `user@host:path`.
+GIT_SCHEMES = ("https", "http", "git", "ssh", "git+ssh", "git+https", "git+http")
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_SCP_HOST = re.compile(r"^[^\s/?#\[\]]+$")
+
+
+def _git_url(url: str) -> str:
+    """As kernel-builder's GitUrl::parse takes upstream and source (its own tests' cases)."""
+    if scheme := _URL_SCHEME.match(url):
+        if scheme.group(1).lower() not in GIT_SCHEMES:
+            raise ValueError(
+                f"unsupported scheme '{scheme.group(1)}' in a git URL: expected one of {', '.join(GIT_SCHEMES)}"
+            )
+        return url
+    host, colon, path = url.partition(":")
+    if not (colon and _SCP_HOST.match(host) and path and not path.startswith("/")):
+        raise ValueError("not a git URL: expected e.g. https://github.com/org/repo or git@github.com:org/repo.git")
+    return url
+
+
+def _some_backend(backends: list[str]) -> list[str]:
+    if not backends:  # kernel-builder takes it, and builds nothing
+        raise ValueError(f"names no backend: give one or more of {', '.join(get_args(Backend))}")
+    return backends
 
 
 class Hub(Section):
@@ -90,14 +127,14 @@ class TpuGeneral(Section):  # edition 5
 
 
 class General(Section):
-    name: str = Field(pattern=_NAME_PATTERN)
+    name: Annotated[str, AfterValidator(_kernel_name)]
     # strict: `version = true` is no version (pydantic would read it as 1).
     version: int = Field(ge=0, strict=True)
     edition: int | None = None  # 5; absent in edition 4 files (upgraded in memory)
     license: str
-    upstream: str | None = None
-    source: str | None = None
-    backends: list[Backend] = Field(min_length=1)
+    upstream: Annotated[str, AfterValidator(_git_url)] | None = None
+    source: Annotated[str, AfterValidator(_git_url)] | None = None
+    backends: Annotated[list[Backend], AfterValidator(_some_backend)]
     python_depends: list[str] | None = None
     kernel_depends: list[KernelDependency] | None = None  # edition 5
     hub: Hub = Hub()
@@ -552,7 +589,7 @@ def _describe(
     elif error["type"] == "missing":
         what = f"missing required key '{dotted}'"
     else:
-        what = f"'{dotted}' = {error.get('input')!r}: {error['msg']}"
+        what = f"'{dotted}' = {error.get('input')!r}: {error['msg'].removeprefix('Value error, ')}"
     return line, col, what
 
 

@@ -127,21 +127,28 @@ def _archs(kernel: Kernel, cell: Cell) -> tuple[tuple[str, ...], str | None]:
 
 
 def _noarch_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
-    """torch-<backend> for each declared backend, tested with the newest torch of the
-    grid: its CUDA build for torch-cuda (PyPI's where the grid has it), its CPU build
-    for the others; x86_64 where the grid has it. No template, no cell."""
-    newest = max((Version(c.variant.torch) for c in grid), default=None)
-    candidates = [c for c in grid if Version(c.variant.torch) == newest]
-    candidates.sort(key=lambda c: (c.variant.arch == "x86_64", c.torch_index == "pypi"))
+    """torch-<backend> for each declared backend (once, however often it is named, as
+    kernel-builder's backend set), tested with the newest torch of the grid: its CUDA
+    build for torch-cuda (PyPI's where the grid has it), its CPU build for the others;
+    x86_64 where the grid has it. torch-cuda only with a CUDA within [general.cuda]'s
+    range, as kernel-builder builds noarch variants from the build sets that range
+    leaves (nix-builder lib/build.nix). No template, no cell."""
+    config = kernel.config
     cells = []
-    for backend in kernel.config.general.backends:
+    for backend in dict.fromkeys(config.general.backends):
         wanted = "cuda" if backend == "cuda" else "cpu"
-        template = next((c for c in reversed(candidates) if c.variant.backend == wanted), None)
-        if template is None:
+        usable = [c for c in grid if c.variant.backend == wanted]
+        if wanted == "cuda":
+            usable = [c for c in usable if config.refuses("cuda", c.variant.torch, c.variant.cuda) is None]
+        if not usable:
             continue
+        newest = max(Version(c.variant.torch) for c in usable)
+        candidates = [c for c in usable if Version(c.variant.torch) == newest]
+        candidates.sort(key=lambda c: (c.variant.arch == "x86_64", c.torch_index == "pypi"))
+        template = candidates[-1]
         variant = dataclasses.replace(template.variant, backend=backend, noarch=True)
         # What its metadata.json declares: [torch-noarch] cuda-capabilities, for torch-cuda.
-        noarch = kernel.config.torch_noarch
+        noarch = config.torch_noarch
         archs = tuple(noarch.cuda_capabilities or ()) if noarch and backend == "cuda" else ()
         cells.append(dataclasses.replace(template, variant=variant, kernel=kernel.name, capabilities=(), archs=archs))
     return cells
