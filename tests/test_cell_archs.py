@@ -168,12 +168,17 @@ def test_a_capability_that_is_not_one_is_refused_at_its_line(tmp_path):
     assert result.stderr.count("\n") == 1 and f"{matrix}:{line}:" in result.stderr and "sm_90" in result.stderr
 
 
-def a_gpu_host(tmp_path: Path, capability: list[int] | None) -> Path:
+def a_gpu_host(tmp_path: Path, capability: list[int] | None, installed: dict | None = None) -> Path:
     """An interpreter for `kernel-matrix test --python` on a machine whose torch sees a GPU of
-    this capability (None: no GPU): it answers the GPU probe, and fails anything else (the
-    suite), with exit 3. This machine has no GPU; the H200 run does this for real."""
+    this capability (None: no GPU): it answers the GPU probe (`-c CODE`), the installed
+    package's metadata.json probe (`-c CODE PACKAGE`) with `installed`, and fails anything
+    else (the suite), with exit 3. This machine has no GPU; the H200 run does this for real."""
     python = tmp_path / "gpu-python"
-    python.write_text(f"#!/bin/sh\n[ \"$1\" = -c ] && echo '{json.dumps(capability)}' && exit 0\nexit 3\n")
+    python.write_text(
+        "#!/bin/sh\n"
+        f"[ \"$1\" = -c ] && [ $# -eq 3 ] && echo '{json.dumps(installed)}' && exit 0\n"
+        f"[ \"$1\" = -c ] && echo '{json.dumps(capability)}' && exit 0\nexit 3\n"
+    )
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return python
 
@@ -321,3 +326,24 @@ def test_a_python_only_kernels_archs_are_any_text_as_kernel_builder_copies_them(
     empty = noarch_kernel(tmp_path, "gray-empty", '["cuda"]', noarch='cuda_capabilities = [""]\n')
     result = kernel_matrix("matrix", "--kernel-dir", str(empty))
     assert result.returncode == 2 and "torch-noarch.cuda_capabilities" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("archs", "capability", "skipped"),
+    [(["10.0a"], [9, 0], True), (["9.0"], [9, 0], False), (["9.0"], None, False)],
+)
+def test_an_installed_wheel_is_skipped_where_its_archs_do_not_run(tmp_path, archs, capability, skipped):
+    """A wheel ships metadata.json beside its library: `test --installed` reads it from the
+    package as installed in --python's environment, and checks the GPU there as for a variant."""
+    metadata = {"id": "_img2gray_cuda_0", "name": "img2gray", "version": 1, "backend": {"type": "cuda", "archs": archs}}
+    python = a_gpu_host(tmp_path, capability, installed=metadata)
+    result = kernel_matrix("test", "--installed", "img2gray", "--kernel-dir", str(KERNEL_DIR), "--python", str(python))
+    if skipped:
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip() == (
+            "skipped img2gray (installed): this GPU (capability 9.0) runs none of the variant's archs (10.0a): "
+            "kernels.get_kernel refuses it on this GPU (check_arch); test it on a GPU it was built for"
+        )
+    else:  # the suite ran (and failed: the interpreter only answers the probes)
+        assert result.returncode == 6 and "failed (pytest exit 3)" in result.stderr, result.stderr
+        assert ("no GPU that this torch can use" in result.stderr) == (capability is None)

@@ -46,10 +46,48 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
 
 
 def run_installed_tests(
-    package: str, tests_dir: Path, *, python: str | None = None, pytest_args: Sequence[str] = ()
-) -> None:
-    """Run tests_dir against `package` as installed in python's environment (a wheel)."""
+    package: str,
+    tests_dir: Path,
+    *,
+    python: str | None = None,
+    pytest_args: Sequence[str] = (),
+    say: Callable[[str], None] = lambda note: None,
+) -> Outcome:
+    """Run tests_dir against `package` as installed in python's environment (a wheel).
+    Skipped, as a variant is, where the GPU there runs none of the archs the wheel's
+    metadata.json declares; a note (say) where there is no GPU at all."""
+    refusal, note = gpu_check(_installed_metadata(package, python), python)
+    if refusal:
+        return Outcome(refusal, skipped=True)
+    if note:
+        say(note)
     _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
+    return Outcome("installed")
+
+
+# Runs in the tests' interpreter: the installed package's metadata.json (our wheels ship
+# it beside the library), found without importing the package; null where there is none.
+_INSTALLED_METADATA = """
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec(sys.argv[1])
+folders = list(spec.submodule_search_locations or []) if spec else []
+found = [pathlib.Path(f, "metadata.json") for f in folders if pathlib.Path(f, "metadata.json").is_file()]
+print(found[0].read_text() if found else "null")
+"""
+
+
+def _installed_metadata(package: str, python: str | None) -> object:
+    try:
+        probe = subprocess.run(
+            [python or sys.executable, "-c", _INSTALLED_METADATA, package],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return json.loads(probe.stdout) if probe.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None  # the suite itself will say what is wrong with the package or interpreter
 
 
 @dataclass(frozen=True)

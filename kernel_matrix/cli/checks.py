@@ -60,8 +60,17 @@ def test(
     if installed:
         if variant is not None or len(kernels) != 1:
             raise ConfigError("--installed PACKAGE: give no VARIANT, and one kernel (--kernel or --kernel-dir)")
-        run_installed_tests(installed, kernels[0][0].dir / "tests", python=python, pytest_args=pytest_args or [])
-        console.print(styled(("passed", "green"), f" {installed} (installed)"))
+        outcome = run_installed_tests(
+            installed,
+            kernels[0][0].dir / "tests",
+            python=python,
+            pytest_args=pytest_args or [],
+            say=lambda note: console.print(styled(("note", "yellow"), f" {installed}: {note}"), soft_wrap=True),
+        )
+        if outcome.skipped:
+            console.print(styled(("skipped", "yellow"), f" {installed} (installed): {outcome.text}"), soft_wrap=True)
+        else:
+            console.print(styled(("passed", "green"), f" {installed} (installed)"))
         return
 
     def test_one(chosen: Kernel, subfolder: str | None) -> None:
