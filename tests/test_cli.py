@@ -1,7 +1,7 @@
 """The command line: help everywhere, distinct exit codes, one-line errors."""
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import REPO, img2gray_as, kernel_matrix
 
 from kernel_matrix.errors import ExitCode
 
@@ -117,3 +117,36 @@ def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(
     assert result.stderr.strip() == (
         f"skipped {variant.name}: gray has no tests/: nothing to run; {kernel / 'test'} is there, not read"
     )
+
+
+def test_help_prints_bracketed_text_as_written():
+    """Help text names build.toml tables ([general.hub]); rich markup would take them for styles
+    and drop them. Every bracketed word of a command's help and options shows in its --help."""
+    import re
+
+    import typer.main
+
+    from kernel_matrix.cli import app
+
+    group = typer.main.get_command(app)
+    checked = 0
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        wanted = {m for text in texts for m in re.findall(r"\[[a-z][a-z0-9_.-]*\]", text.replace("\\[", "["))}
+        if not wanted:
+            continue
+        shown = " ".join(kernel_matrix(name, "--help").stdout.replace("│", " ").split())
+        for bracketed in wanted:
+            assert bracketed in shown, (name, bracketed)
+            checked += 1
+    assert checked  # publish names [general.hub]
+
+
+def test_an_unknown_variant_of_the_default_matrix_names_that_matrix(tmp_path):
+    """A kernel folder without build_matrix.yaml reads the default matrix: the line says so,
+    not a build_matrix.yaml that is not there."""
+    kernel = img2gray_as(tmp_path, "gray")
+    result = kernel_matrix("matrix", "--variant", "torch211-cxx11-cu999-x86_64-linux", cwd=kernel)
+    assert result.returncode == 2 and result.stderr.startswith(
+        "error: --variant torch211-cxx11-cu999-x86_64-linux: no kernel of kernel-matrix's default matrix has it"
+    ), result.stderr

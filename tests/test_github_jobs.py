@@ -111,6 +111,9 @@ def test_variant_takes_a_jobs_list_of_names():
     result = kernel_matrix("matrix", "--json", "--variant", ",".join(names))
     assert result.returncode == 0, result.stderr
     assert [cell["variant"] for cell in json.loads(result.stdout)["include"]] == names
+    result = kernel_matrix("matrix", "--json", "--variant", ", ".join(names))  # as written in a shell
+    assert result.returncode == 0, result.stderr
+    assert [cell["variant"] for cell in json.loads(result.stdout)["include"]] == names
     result = kernel_matrix("matrix", "--json", "--variant", f"{names[0]},")
     assert (
         result.returncode == 2

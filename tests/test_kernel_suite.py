@@ -4,7 +4,7 @@ variant: loaded by the real `kernels` loader in a fresh process."""
 import shutil
 
 import pytest
-from conftest import kernel_matrix
+from conftest import kernel_matrix, noarch_kernel
 
 pytestmark = pytest.mark.build
 
@@ -38,3 +38,19 @@ def test_an_unknown_variant_is_one_clear_line(tmp_path):
     result = kernel_matrix("test", "torch999-cxx11-cpu-x86_64-linux", "--build-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "not a built variant" in result.stderr
+
+
+@pytest.mark.build
+@pytest.mark.parametrize(("backends", "tested"), [('["rocm"]', "torch-rocm"), ('["xpu", "cpu"]', "torch-cpu")])
+def test_test_finds_the_variant_a_python_only_kernel_was_built_as(tmp_path, backends, tested):
+    """`build` makes a Python-only kernel's variant for each of its backends; `test` with no
+    VARIANT tests the one this host's torch runs best (its own backend's, else torch-cpu, else
+    the first declared), not a torch-cuda that was never built."""
+    kernel = noarch_kernel(tmp_path, "tiny", backends)
+    (kernel / "tests").mkdir()
+    (kernel / "tests" / "test_tiny.py").write_text("def test_import():\n    import tiny\n\n    assert tiny.x == 1\n")
+    build_dir = tmp_path / "build"
+    kernel_matrix("build", "--kernel-dir", str(kernel), "--build-dir", str(build_dir), check=True)
+    result = kernel_matrix("test", "--kernel-dir", str(kernel), "--build-dir", str(build_dir))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"passed {tested}: all tests of tiny: 1 ran, 0 skipped"

@@ -79,8 +79,8 @@ def test(
             from kernel_matrix.building.native_build import plan_build
             from kernel_matrix.planning.toolchain import probe_torch
 
-            if chosen.config.noarch:  # the backend of the torch that runs the tests
-                name = f"torch-{backend or ('cuda' if probe_torch(python).cuda else 'cpu')}"
+            if chosen.config.noarch:
+                name = f"torch-{backend or _noarch_backend(chosen.config.general.backends, probe_torch(python).cuda)}"
             else:
                 name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
         variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
@@ -102,6 +102,14 @@ def test(
         console.print(styled(verdict, f" {variant_dir.name}: {outcome.text}"), soft_wrap=True)
 
     each_kernel(kernels, test_one)
+
+
+def _noarch_backend(backends: list[str], cuda_torch: bool) -> str:
+    """Which of a Python-only kernel's variants (one per declared backend, as `build` makes
+    them) this host's torch tests: its own backend's where declared, else torch-cpu, else
+    the first declared (a torch-rocm package imports on any torch)."""
+    own = "cuda" if cuda_torch else "cpu"
+    return next((b for b in (own, "cpu") if b in backends), backends[0])
 
 
 def check_abi(

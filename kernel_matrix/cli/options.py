@@ -51,7 +51,7 @@ def selection_of(
     # NAME,NAME,...: a build workflow job's batch of cells (github_jobs) in one argument.
     variants: list[str] = []
     for given in variant or ():
-        names = given.split(",")
+        names = [name.strip() for name in given.split(",")]  # "A, B" as written in a shell
         if "" in names:
             raise ConfigError(f"--variant {given!r}: an empty variant name (expected NAME or NAME,NAME,...)")
         variants += names
@@ -140,5 +140,8 @@ ImageOption = Annotated[
 ]
 BackendOption = Annotated[
     str | None,
-    typer.Option(help="cuda or cpu, for this host's variant (default: cuda when torch is a CUDA build, else cpu)."),
+    typer.Option(
+        help="cuda or cpu, for this host's variant (default: cuda when torch is a CUDA build, else cpu); "
+        "a Python-only kernel's variant of any of its backends."
+    ),
 ]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def publish(
     repo_id: Annotated[
         str | None,
-        typer.Option(help="Hub repo (default: [general.hub] repo-id in build.toml; only with one kernel)."),
+        typer.Option(help="Hub repo (default: \\[general.hub] repo-id in build.toml; only with one kernel)."),
     ] = None,
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
@@ -41,7 +41,7 @@ def publish(
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
     manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = MANYLINUX,
 ) -> None:
-    """Publish each kernel's built variants to branch v<version> of its Hub repo (or [general.hub] branch),
+    """Publish each kernel's built variants to branch v<version> of its Hub repo (or \\[general.hub] branch),
     in one commit per kernel.
 
     Every kernel's release is checked (complete, digests, ABI) before any is published."""

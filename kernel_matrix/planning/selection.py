@@ -192,7 +192,7 @@ class Selection:
             for name in self.variants:
                 if name not in known:
                     raise ConfigError(
-                        f"--variant {name}: no kernel of {matrix.path} has it" + did_you_mean(name, known)
+                        f"--variant {name}: no kernel of {self.matrix_name(matrix)} has it" + did_you_mean(name, known)
                     )
             cells = [cell for cell in cells if cell.name in self.variants]
         if not cells:
@@ -225,6 +225,10 @@ class Selection:
         """No --file and no build_matrix.yaml here: the default matrix is read
         (lexists: a dangling link is a file whose error load_matrix reports)."""
         return self.file == MATRIX_FILE and not os.path.lexists(self.file)
+
+    def matrix_name(self, matrix: Matrix) -> str:
+        """How messages name the matrix read: its file, or the default one."""
+        return "kernel-matrix's default matrix" if self.uses_default else str(matrix.path)
 
     def matrix(self) -> Matrix:
         """The matrix file, or in a kernel's folder without one the default matrix;
