@@ -3,6 +3,7 @@ kernel's own tests, the ABI rules, a rebuild's digests)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -80,7 +81,8 @@ def test(
             from kernel_matrix.planning.toolchain import probe_torch
 
             if chosen.config.noarch:
-                name = f"torch-{backend or _noarch_backend(chosen.config.general.backends, probe_torch(python).cuda)}"
+                cuda_torch = probe_torch(python).cuda is not None
+                name = f"torch-{backend or _noarch_backend(chosen.config.general.backends, cuda_torch)}"
             else:
                 name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
         variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
@@ -104,7 +106,7 @@ def test(
     each_kernel(kernels, test_one)
 
 
-def _noarch_backend(backends: list[str], cuda_torch: bool) -> str:
+def _noarch_backend(backends: Sequence[str], cuda_torch: bool) -> str:
     """Which of a Python-only kernel's variants (one per declared backend, as `build` makes
     them) this host's torch tests: its own backend's where declared, else torch-cpu, else
     the first declared (a torch-rocm package imports on any torch)."""
