@@ -278,3 +278,41 @@ def test_planning_is_pure_every_cell_of_the_full_matrix_without_a_process(monkey
         assert (v.cuda is None) == (not planned.capabilities) and set(planned.capabilities) <= set(cell.capabilities)
         assert planned.module.startswith("_img2gray_")
     assert len(resolved.cells) > 20
+
+
+@pytest.mark.build
+def test_sources_compile_as_kernel_builders_release_target_does(kernel_copy, tmp_path):
+    """kernel-builder's CMake target (utils.cmake): csrc/ on every source's include path, the
+    C++ standard of the torch (17 below 2.12, 20 from it), the definitions torch's CMake
+    package gives a target linking `torch`, and a Release build (NDEBUG). The kernel's own
+    source checks each at compile time: the build fails where one is missing."""
+    from kernel_matrix.building.compile import cxx_standard
+    from kernel_matrix.building.torch_cmake import interface_defines
+    from kernel_matrix.planning.toolchain import probe_torch
+
+    torch = probe_torch(None)
+    standard = {"-std=c++17": "201703L", "-std=c++20": "202002L"}[cxx_standard(torch.version)]
+    checks = [
+        "#ifndef NDEBUG\n#error not a Release build\n#endif",
+        f"#if __cplusplus != {standard}\n#error not the C++ standard of this torch\n#endif",
+        *(f"#ifndef {d}\n#error {d} not defined\n#endif" for d in interface_defines(torch.torch_dir, cuda=False)),
+    ]
+    # A source in a folder of its own includes csrc/img2gray_cpu.h by its name alone.
+    (kernel_copy / "csrc" / "cpu").mkdir()
+    source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
+    (kernel_copy / "csrc" / "cpu" / "img2gray_cpu.cpp").write_text("\n".join(checks) + "\n" + source.read_text())
+    source.unlink()
+    toml = kernel_copy / "build.toml"
+    toml.write_text(toml.read_text().replace('"csrc/img2gray_cpu.cpp"', '"csrc/cpu/img2gray_cpu.cpp"'))
+    build = ("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "build"), "--backend", "cpu")
+    result = kernel_matrix(*build, "--no-cache")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("torch", "std"), [("2.10.0", "-std=c++17"), ("2.11.0+cu130", "-std=c++17"), ("2.12.0", "-std=c++20")]
+)
+def test_the_cxx_standard_follows_the_torch_as_kernel_builders(torch, std):
+    from kernel_matrix.building.compile import cxx_standard
+
+    assert cxx_standard(torch) == std

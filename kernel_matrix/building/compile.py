@@ -23,13 +23,24 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from kernel_matrix.building.objcache import ObjectCache, cacheable
 from kernel_matrix.errors import BuildError
 
 # Python 3.9's limited API: the .so loads in every CPython >= 3.9 (abi3).
 PY_LIMITED_API = "0x03090000"
-# torch >= 2.10 headers need C++20 (std::strong_ordering).
-CXX_STD = "-std=c++20"
+# CMake's Release build, which kernel-builder's are (torch/setup.py's cfg; nixpkgs' cmake
+# hook): -O3 and asserts compiled out.
+RELEASE = ("-O3", "-DNDEBUG")
+
+
+def cxx_standard(torch_version: str) -> str:
+    """kernel-builder's C++ standard for a torch (utils.cmake): C++17 below torch 2.12,
+    C++20 from it (its headers stop with `#error C++20 or later ... is required`)."""
+    return "-std=c++17" if Version(torch_version).release[:2] < (2, 12) else "-std=c++20"
+
+
 # __DATE__ and __TIME__ expand to this moment unless the caller sets its own
 # (gcc, and nvcc through gcc, read it): a build's bytes never depend on the clock.
 SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
@@ -115,14 +126,15 @@ def cxx_compile(
     includes: list[Path],
     defines: list[str],
     flags: list[str],
+    std: str,
     pre_include: Path | None = None,
     path_map: PathMap | None = None,
 ) -> list[str]:
     path_map = path_map or PathMap()
     return [
         cxx,
-        CXX_STD,
-        "-O3",
+        std,
+        *RELEASE,
         "-fPIC",
         "-fvisibility=hidden",
         *path_map.gcc_flags(),
@@ -148,6 +160,7 @@ def nvcc_compile(
     includes: list[Path],
     gencode: list[str],
     flags: list[str],
+    std: str,
     defines: Sequence[str] = (),
     pre_include: Path | None = None,
     path_map: PathMap | None = None,
@@ -155,8 +168,8 @@ def nvcc_compile(
     path_map = path_map or PathMap()
     return [
         str(nvcc),
-        CXX_STD,
-        "-O3",
+        std,
+        *RELEASE,
         f"-ccbin={cxx}",
         "-Xcompiler=-fPIC,-fvisibility=hidden",
         # nvcc's temporary files are /tmp/tmpxft_<process id>_..., and gcc records the

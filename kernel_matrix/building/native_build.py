@@ -26,6 +26,7 @@ from kernel_matrix.building.compile import (
     Step,
     caller_source_date_epoch,
     cxx_compile,
+    cxx_standard,
     link_shared,
     nvcc_compile,
     run_steps,
@@ -34,6 +35,7 @@ from kernel_matrix.building.dependencies import Resolved
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
 from kernel_matrix.building.objcache import ObjectCache
 from kernel_matrix.building.provenance import git_state, toolchain
+from kernel_matrix.building.torch_cmake import interface_defines
 from kernel_matrix.building.variant_dir import (
     package_files,
     render_template,
@@ -147,6 +149,7 @@ class BuildPlan:
         stable = self.torch_section.stable_abi_for(self.backend)
         return [
             *backend,
+            *interface_defines(self.torch.torch_dir, cuda=self.backend == "cuda"),
             f"TORCH_EXTENSION_NAME={self.module if self.own_registration() else self.module_base}",
             f"Py_LIMITED_API={PY_LIMITED_API}",
             "_GLIBCXX_USE_CXX11_ABI=1",
@@ -399,6 +402,10 @@ def build_steps(
     # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
     # the flag it silently runs on one thread.
     openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
+    # kernel-builder's target includes the kernel's csrc/ for every source (utils.cmake,
+    # `target_include_directories(... PRIVATE csrc ...)`): csrc/cpu/x.cpp finds csrc/x.h.
+    csrc = [kernel_dir / "csrc"] if (kernel_dir / "csrc").is_dir() else []
+    std = cxx_standard(plan.torch.version)
     # Insertion-ordered, not a set: a set's order changes from run to run, and
     # so would the binding's command line (and its cache key).
     section_dirs: dict[Path, None] = {}
@@ -427,7 +434,7 @@ def build_steps(
         capabilities: list[str],
         ptx_for_highest: bool = True,
     ) -> Step | None:
-        includes = [COMPAT_INCLUDE, source.parent, *includes]
+        includes = [COMPAT_INCLUDE, source.parent, *csrc, *includes]
         if source.suffix in _CUDA_SUFFIXES:
             assert plan.nvcc is not None
             argv = nvcc_compile(
@@ -438,6 +445,7 @@ def build_steps(
                 includes=includes,
                 defines=defines,
                 gencode=gencode_flags(capabilities, ptx_for_highest=ptx_for_highest),
+                std=std,
                 # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
                 # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
                 flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
@@ -454,6 +462,7 @@ def build_steps(
                 includes=includes,
                 defines=defines,
                 flags=[*openmp, *flags],
+                std=std,
                 pre_include=COMPAT_SYMBOLS,
                 path_map=path_map,
             )
@@ -496,6 +505,7 @@ def build_steps(
         includes=[plan.torch.python_include],
         defines=[f"Py_LIMITED_API={PY_LIMITED_API}"],
         flags=[],
+        std=std,
         # In the stage: mapped like the scratch folder (this step is never cached).
         path_map=PathMap({**path_map.folders, **scratch.folders}),
     )
