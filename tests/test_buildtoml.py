@@ -192,6 +192,21 @@ def test_a_union_value_is_one_problem_not_one_per_member(kernel_copy):
     assert "'torch.stable-abi' = 5" in line, line
 
 
+def test_a_union_value_that_fails_inside_is_one_problem_at_the_key_inside(kernel_copy):
+    _edit(kernel_copy, "[torch]\n", '[torch]\nstable-abi = { cpu = "2.10", gpu = "2.10" }\n')
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    (line,) = str(raised.value).splitlines()
+    assert "'torch.stable-abi.gpu' = 'gpu': Input should be 'cann', 'cpu', 'cuda'" in line, line
+
+
+def test_a_number_is_shown_as_the_file_writes_it(kernel_copy):
+    _edit(kernel_copy, "[torch]\n", "[torch]\nminver = 2.10  # not a string\n")
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    assert str(raised.value).endswith("'torch.minver' = 2.10: Input should be a valid string"), raised.value
+
+
 def test_the_cli_reports_bad_build_toml_with_exit_code_2_and_builds_nothing(kernel_copy, tmp_path):
     _edit(kernel_copy, "version = 1", "version = 1\nflavour = 2")
     build_dir = tmp_path / "build"

@@ -550,7 +550,9 @@ def _validation_problems(text: str, raw: dict[str, Any], exc: ValidationError) -
         loc = _key_path(raw, error)
         if loc not in problems:
             problems[loc] = _describe(text, raw, loc, error)
-    return list(problems.values())
+    # A union's member that refuses a key inside the value says more than one that refuses the
+    # value as a whole (`stable-abi = {gpu = "2.10"}`: not a string, and 'gpu' no backend).
+    return [problem for loc, problem in problems.items() if not any(o[: len(loc)] == loc != o for o in problems)]
 
 
 def _key_path(raw: dict[str, Any], error: Mapping[str, Any]) -> tuple[str | int, ...]:
@@ -589,8 +591,22 @@ def _describe(
     elif error["type"] == "missing":
         what = f"missing required key '{dotted}'"
     else:
-        what = f"'{dotted}' = {error.get('input')!r}: {error['msg'].removeprefix('Value error, ')}"
+        value = _as_written(text, line, loc, error.get("input"))
+        what = f"'{dotted}' = {value}: {error['msg'].removeprefix('Value error, ')}"
     return line, col, what
+
+
+def _as_written(text: str, line: int, loc: tuple[str | int, ...], value: object) -> str:
+    """A number or boolean as the file writes it (`minver = 2.10` is the float 2.1 once
+    parsed); other values as Python shows them."""
+    if isinstance(value, (int, float)) and loc and isinstance(loc[-1], str):
+        lines = text.splitlines()
+        written = re.match(
+            rf"\s*{re.escape(loc[-1])}\s*=\s*([^\s#,\]}}]+)", lines[line - 1] if line <= len(lines) else ""
+        )
+        if written:
+            return written.group(1)
+    return repr(value)
 
 
 def _check_python_depends(problems: Problems, text: str, raw: dict[str, Any]) -> None:
