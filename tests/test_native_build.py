@@ -291,27 +291,42 @@ def test_sources_compile_as_kernel_builders_release_target_does(kernel_copy, tmp
     from kernel_matrix.planning.toolchain import probe_torch
 
     torch = probe_torch(None)
-    standard = {"-std=c++17": "201703L", "-std=c++20": "202002L"}[cxx_standard(torch.version)]
+    standard = {"17": "201703L", "20": "202002L"}[cxx_standard(torch.version)]
     checks = [
         "#ifndef NDEBUG\n#error not a Release build\n#endif",
         f"#if __cplusplus != {standard}\n#error not the C++ standard of this torch\n#endif",
+        "#ifdef __STRICT_ANSI__\n#error not the GNU dialect CMake passes (-std=gnu++NN)\n#endif",
+        "#include <torch/library.h>",  # warns under -Wshadow, unless a system header (below)
         *(f"#ifndef {d}\n#error {d} not defined\n#endif" for d in interface_defines(torch.torch_dir, cuda=False)),
     ]
     # A source in a folder of its own includes csrc/img2gray_cpu.h by its name alone.
     (kernel_copy / "csrc" / "cpu").mkdir()
     source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
-    (kernel_copy / "csrc" / "cpu" / "img2gray_cpu.cpp").write_text("\n".join(checks) + "\n" + source.read_text())
+    # A static of a class of default visibility: the library's own, not STB_GNU_UNIQUE (-fno-gnu-unique).
+    unique = (
+        'struct __attribute__((visibility("default"))) KmRegistry {\n'
+        "  static KmRegistry& get() { static KmRegistry r; return r; }\n};\n"
+        "KmRegistry& km_registry() { return KmRegistry::get(); }\n"
+    )
+    (kernel_copy / "csrc" / "cpu" / "img2gray_cpu.cpp").write_text(
+        "\n".join(checks) + "\n" + source.read_text() + "\n" + unique
+    )
     source.unlink()
     toml = kernel_copy / "build.toml"
-    toml.write_text(toml.read_text().replace('"csrc/img2gray_cpu.cpp"', '"csrc/cpu/img2gray_cpu.cpp"'))
+    text = toml.read_text().replace('"csrc/img2gray_cpu.cpp"', '"csrc/cpu/img2gray_cpu.cpp"')
+    # torch's headers are system headers (-isystem): their warnings never stop a -Werror build.
+    head, cpu = text.split("[kernel.img2gray_cpu]\n")
+    cpu = cpu.replace('cxx-flags = ["-ffp-contract=off"]', 'cxx-flags = ["-ffp-contract=off", "-Wshadow", "-Werror"]')
+    toml.write_text(f"{head}[kernel.img2gray_cpu]\n{cpu}")
     build = ("build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "build"), "--backend", "cpu")
     result = kernel_matrix(*build, "--no-cache")
     assert result.returncode == 0, result.stderr[-3000:]
+    (library,) = (tmp_path / "build").glob("*/*.so")
+    symbols = subprocess.run(["readelf", "--syms", "-W", str(library)], capture_output=True, text=True, check=True)
+    assert "KmRegistry" in symbols.stdout and " UNIQUE " not in symbols.stdout
 
 
-@pytest.mark.parametrize(
-    ("torch", "std"), [("2.10.0", "-std=c++17"), ("2.11.0+cu130", "-std=c++17"), ("2.12.0", "-std=c++20")]
-)
+@pytest.mark.parametrize(("torch", "std"), [("2.10.0", "17"), ("2.11.0+cu130", "17"), ("2.12.0", "20")])
 def test_the_cxx_standard_follows_the_torch_as_kernel_builders(torch, std):
     from kernel_matrix.building.compile import cxx_standard
 

@@ -36,9 +36,11 @@ RELEASE = ("-O3", "-DNDEBUG")
 
 
 def cxx_standard(torch_version: str) -> str:
-    """kernel-builder's C++ standard for a torch (utils.cmake): C++17 below torch 2.12,
-    C++20 from it (its headers stop with `#error C++20 or later ... is required`)."""
-    return "-std=c++17" if Version(torch_version).release[:2] < (2, 12) else "-std=c++20"
+    """kernel-builder's C++ standard for a torch (utils.cmake): 17 below torch 2.12, 20 from
+    it (its headers stop with `#error C++20 or later ... is required`). g++ gets it with
+    GNU extensions (CMake's default, -std=gnu++20: `linux` defined, __int128 integral),
+    nvcc as CMake passes it (-std=c++20)."""
+    return "17" if Version(torch_version).release[:2] < (2, 12) else "20"
 
 
 # __DATE__ and __TIME__ expand to this moment unless the caller sets its own
@@ -127,16 +129,21 @@ def cxx_compile(
     defines: list[str],
     flags: list[str],
     std: str,
+    system_includes: Sequence[Path] = (),
     pre_include: Path | None = None,
     path_map: PathMap | None = None,
 ) -> list[str]:
     path_map = path_map or PathMap()
     return [
         cxx,
-        std,
+        f"-std=gnu++{std}",
         *RELEASE,
         "-fPIC",
         "-fvisibility=hidden",
+        # As kernel-builder's torch extensions (torch-extension.cmake): a static of a class
+        # of default visibility stays the library's own, never one symbol across every
+        # kernel the process loads (STB_GNU_UNIQUE).
+        "-fno-gnu-unique",
         *path_map.gcc_flags(),
         # Where gcc would draw a random number for a symbol name, the source's name.
         f"-frandom-seed={path_map.name(source)}",
@@ -144,11 +151,18 @@ def cxx_compile(
         *(["-include", str(pre_include)] if pre_include else []),
         *(f"-D{d}" for d in defines),
         *(f"-I{i}" for i in includes),
+        *_system(system_includes),
         "-c",
         str(source),
         "-o",
         str(output),
     ]
+
+
+def _system(includes: Sequence[Path]) -> list[str]:
+    """torch's, Python's and CUDA's headers, as CMake passes an imported target's: a
+    kernel's -Werror never stops at a warning inside them."""
+    return [arg for include in includes for arg in ("-isystem", str(include))]
 
 
 def nvcc_compile(
@@ -162,14 +176,17 @@ def nvcc_compile(
     flags: list[str],
     std: str,
     defines: Sequence[str] = (),
+    system_includes: Sequence[Path] = (),
     pre_include: Path | None = None,
     path_map: PathMap | None = None,
 ) -> list[str]:
     path_map = path_map or PathMap()
     return [
         str(nvcc),
-        std,
+        f"-std=c++{std}",
         *RELEASE,
+        # CMake's: a cuda-flags entry nvcc does not know (-fno-strict-aliasing) is the host compiler's.
+        "-forward-unknown-to-host-compiler",
         f"-ccbin={cxx}",
         "-Xcompiler=-fPIC,-fvisibility=hidden",
         # nvcc's temporary files are /tmp/tmpxft_<process id>_..., and gcc records the
@@ -189,6 +206,7 @@ def nvcc_compile(
         *(["--pre-include", str(pre_include)] if pre_include else []),
         *(f"-D{d}" for d in defines),
         *(f"-I{i}" for i in includes),
+        *_system(system_includes),
         "-c",
         str(source),
         "-o",

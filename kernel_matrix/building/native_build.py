@@ -396,9 +396,11 @@ def build_steps(
     defines = plan.defines()
     compiles: list[Step] = []
 
-    torch_includes = [REGISTRATION_INCLUDE, *plan.torch.include_dirs, plan.torch.python_include]
+    torch_includes = [REGISTRATION_INCLUDE]
+    # torch's, Python's and CUDA's headers: -isystem, as CMake passes those of imported targets.
+    system_includes = [*plan.torch.include_dirs, plan.torch.python_include]
     if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
-        torch_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
+        system_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
     # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
     # the flag it silently runs on one thread.
     openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
@@ -446,6 +448,7 @@ def build_steps(
                 defines=defines,
                 gencode=gencode_flags(capabilities, ptx_for_highest=ptx_for_highest),
                 std=std,
+                system_includes=system_includes,
                 # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
                 # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
                 flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
@@ -463,6 +466,7 @@ def build_steps(
                 defines=defines,
                 flags=[*openmp, *flags],
                 std=std,
+                system_includes=system_includes,
                 pre_include=COMPAT_SYMBOLS,
                 path_map=path_map,
             )
@@ -502,7 +506,8 @@ def build_steps(
         plan.cxx,
         module_source,
         work / "obj" / "module.cpp.o",
-        includes=[plan.torch.python_include],
+        includes=[],
+        system_includes=[plan.torch.python_include],
         defines=[f"Py_LIMITED_API={PY_LIMITED_API}"],
         flags=[],
         std=std,
