@@ -150,3 +150,15 @@ def test_an_unknown_variant_of_the_default_matrix_names_that_matrix(tmp_path):
     assert result.returncode == 2 and result.stderr.startswith(
         "error: --variant torch211-cxx11-cu999-x86_64-linux: no kernel of kernel-matrix's default matrix has it"
     ), result.stderr
+
+
+def test_a_closed_stdout_is_written_to_by_no_one(tmp_path):
+    """`kernel-matrix matrix >&-`: Python starts with sys.stdout None. The command runs and
+    exits as its work did (it stopped at import with a traceback before)."""
+    import shlex
+    import subprocess
+    import sys
+
+    matrix = [sys.executable, "-m", "kernel_matrix", "matrix", "--kernel-dir", str(REPO / "kernel")]
+    result = subprocess.run(["bash", "-c", f"exec >&-; {shlex.join(matrix)}"], stderr=subprocess.PIPE, text=True)
+    assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -125,7 +125,8 @@ def main() -> None:
             from click import exceptions as click
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
-    sys.stdout = cast(TextIO, ReaderMayLeave(sys.stdout))
+    if sys.stdout is not None:  # None: closed before the start (`>&-`), and written to by no one
+        sys.stdout = cast(TextIO, ReaderMayLeave(sys.stdout))
     try:
         # Not standalone: click's own usage errors come here, to be one line too.
         code = app(standalone_mode=False)

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 # CI logs are wider than rich's 80-column default for non-terminals. Markup is off:
 # messages carry user text (names, paths, build.toml values such as `[general.hub]`),
 # which must print literally; styles come from `styled`, never from the text.
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False, highlight=False)
-stdout = Console(width=None if sys.stdout.isatty() else 240, markup=False, highlight=False)
+# (A closed stream is None: `kernel-matrix matrix >&-` writes nothing there, and runs.)
+console = Console(stderr=True, width=None if sys.stderr and sys.stderr.isatty() else 160, markup=False, highlight=False)
+stdout = Console(width=None if sys.stdout and sys.stdout.isatty() else 240, markup=False, highlight=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
