@@ -77,17 +77,24 @@ print(found[0].read_text() if found else "null")
 
 
 def _installed_metadata(package: str, python: str | None) -> object:
+    found = _probe(python, _INSTALLED_METADATA, package, timeout=120)
+    return None if found is _FAILED else found
+
+
+# What _probe returns where the interpreter did not answer: the suite itself will say
+# what is wrong with it (or with the package).
+_FAILED = object()
+
+
+def _probe(python: str | None, code: str, *args: str, timeout: int) -> object:
+    """The JSON that `code` prints in the tests' interpreter, or _FAILED."""
     try:
         probe = subprocess.run(
-            [python or sys.executable, "-c", _INSTALLED_METADATA, package],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            [python or sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=False
         )
-        return json.loads(probe.stdout) if probe.returncode == 0 else None
+        return json.loads(probe.stdout) if probe.returncode == 0 else _FAILED
     except (OSError, subprocess.TimeoutExpired, ValueError):
-        return None  # the suite itself will say what is wrong with the package or interpreter
+        return _FAILED
 
 
 @dataclass(frozen=True)
@@ -227,13 +234,7 @@ def gpu_check(metadata: object, python: str | None) -> tuple[str | None, str | N
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
     if not isinstance(backend, dict) or backend.get("type") != "cuda":
         return None, None
-    try:
-        probe = subprocess.run(
-            [python or sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300, check=False
-        )
-        capability = json.loads(probe.stdout) if probe.returncode == 0 else "unknown"
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        capability = "unknown"  # the suite itself will say what is wrong with this interpreter
+    capability = _probe(python, _GPU_PROBE, timeout=300)
     if capability is None:
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
         note = "no GPU that this torch can use: the suite's CUDA cases will skip or fail here (run it on a GPU)"

@@ -136,7 +136,7 @@ def build_native(
     `expected` asks for: refused before anything is written if it would be another)."""
     from kernel_matrix.building.compile import Progress
     from kernel_matrix.building.native_build import build_noarch, build_variant, plan_build, write_build_stats
-    from kernel_matrix.config.buildtoml import EDITION_4_NOTE, located, skipped_note
+    from kernel_matrix.config.buildtoml import edition_4_note, skipped_note
 
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
@@ -149,8 +149,8 @@ def build_native(
         expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     notes = [skipped_note(kernel.dir, plan.config)]
-    if plan.config.general.edition is None and expected is None:  # a cell's container: `matrix` said it
-        notes.append(f"{located(kernel.dir, 'general')}: note: {EDITION_4_NOTE}")
+    if expected is None:  # not in a cell's container: `matrix` said it for the cells
+        notes.append(edition_4_note(kernel.dir, plan.config))
     for note in notes:
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)

@@ -310,6 +310,11 @@ EDITION_4_NOTE = (
 )
 
 
+def edition_4_note(kernel_dir: Path, config: BuildConfig) -> str | None:
+    """The line that says a file without `edition` is upgraded in memory, at [general]."""
+    return f"{located(kernel_dir, 'general')}: note: {EDITION_4_NOTE}" if config.general.edition is None else None
+
+
 def skipped_note(kernel_dir: Path, config: BuildConfig) -> str | None:
     """The line that says which [kernel.*] sections a build of this kernel leaves out
     (backends kernel-matrix does not build), at the first one; None when none is."""

@@ -28,7 +28,13 @@ from typing import Any
 
 from packaging.version import Version
 
-from kernel_matrix.config.buildtoml import EDITION_4_NOTE, BuildConfig, load_build_toml, located, skipped_note
+from kernel_matrix.config.buildtoml import (
+    EDITION_4_NOTE,
+    BuildConfig,
+    edition_4_note,
+    load_build_toml,
+    skipped_note,
+)
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
@@ -326,9 +332,9 @@ class Resolved:
         upgrades them (a line of their own for one kernel, else one line naming them all)."""
         lines = [note for kernel in self.kernels if (note := skipped_note(kernel.dir, kernel.config))]
         edition_4 = [kernel for kernel in self.kernels if kernel.config.general.edition is None]
-        if len(edition_4) == 1:
-            lines.append(f"{located(edition_4[0].dir, 'general')}: note: {EDITION_4_NOTE}")
-        elif edition_4:
+        if len(edition_4) == 1 and (note := edition_4_note(edition_4[0].dir, edition_4[0].config)):
+            lines.append(note)
+        elif len(edition_4) > 1:
             names = ", ".join(kernel.name for kernel in edition_4)
             lines.append(f"note: {len(edition_4)} build.toml files have {EDITION_4_NOTE} ({names})")
         return lines
