@@ -17,6 +17,9 @@
 # A machine is given back 30 s after a call ends: a call may meet the last one's machine, WORK and all.
 # `start` keeps WORK/builds then (its object caches) and clears the rest. One call's budget: start
 # (~50 s with a restore) + wait + save (~30 s) + the transfers must stay inside the 600 s of a call.
+# End every call with `save`, even after DONE: a build that its END stopped has objects worth
+# keeping, and a machine given back takes them along. And give END the whole call (e.g. 600) when
+# the build may finish in it: builds stop at END - 90, and one flash-attn2 compile takes up to 463 s.
 #
 # `start` takes its settings from the environment (kept in WORK/env for the driver):
 #   SWEEP_ORDER="k1 k2 ..."  the kernels, in the order their builds start (default: ORDER below)
@@ -244,7 +247,7 @@ fi
 [ "$mode" = run ] || { echo "unknown mode $mode"; exit 2; }
 : >"$work/summary.tsv"
 mkfifo "$work/suiteq"
-xargs -P "$SUITES_AT_ONCE" -n 1 "$work/driver.sh" suite "$work" <"$work/suiteq" &
+xargs -r -P "$SUITES_AT_ONCE" -n 1 "$work/driver.sh" suite "$work" <"$work/suiteq" &
 suites=$!
 exec 3>"$work/suiteq"  # held open until every build is done: the suites' queue ends then
 (  # the kernels that need nvidia-cutlass-dsl: loaded and tested once `dsl` has unpacked it
@@ -260,7 +263,7 @@ exec 3>"$work/suiteq"  # held open until every build is done: the suites' queue 
   done
 ) &
 dsl=$!
-echo ${SWEEP_ORDER:-$ORDER} | tr ' ' '\n' | xargs -P "$BUILDS_AT_ONCE" -n 1 "$work/driver.sh" one "$work"
+echo ${SWEEP_ORDER:-$ORDER} | tr ' ' '\n' | xargs -r -P "$BUILDS_AT_ONCE" -n 1 "$work/driver.sh" one "$work"
 echo "builds done at $(elapsed)s"
 exec 3>&-
 wait $suites $dsl
