@@ -284,7 +284,8 @@ def test_planning_is_pure_every_cell_of_the_full_matrix_without_a_process(monkey
 def test_sources_compile_as_kernel_builders_release_target_does(kernel_copy, tmp_path):
     """kernel-builder's CMake target (utils.cmake): csrc/ on every source's include path, the
     C++ standard of the torch (17 below 2.12, 20 from it), the definitions torch's CMake
-    package gives a target linking `torch`, and a Release build (NDEBUG). The kernel's own
+    package gives a target linking `torch`, a Release build (NDEBUG) and Python's stable API
+    of USE_SABI 3. The kernel's own
     source checks each at compile time: the build fails where one is missing."""
     from kernel_matrix.building.compile import cxx_standard
     from kernel_matrix.building.torch_cmake import interface_defines
@@ -296,6 +297,7 @@ def test_sources_compile_as_kernel_builders_release_target_does(kernel_copy, tmp
         "#ifndef NDEBUG\n#error not a Release build\n#endif",
         f"#if __cplusplus != {standard}\n#error not the C++ standard of this torch\n#endif",
         "#ifdef __STRICT_ANSI__\n#error not the GNU dialect CMake passes (-std=gnu++NN)\n#endif",
+        "#if Py_LIMITED_API != 3\n#error not the stable API of USE_SABI 3 (CMake)\n#endif",
         "#include <torch/library.h>",  # warns under -Wshadow, unless a system header (below)
         *(f"#ifndef {d}\n#error {d} not defined\n#endif" for d in interface_defines(torch.torch_dir, cuda=False)),
     ]
