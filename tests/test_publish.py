@@ -105,6 +105,7 @@ def test_publish_then_get_kernel_loads_the_right_variant(release_dir, hub, token
                 assert files[f"build/{variant.name}/{path.relative_to(variant).as_posix()}"] == path.read_bytes()
     card = hub.files(REPO_ID, "main")["README.md"].decode()
     assert f'get_kernel("{REPO_ID}", version=1)' in card and all(v.name in card for v in built.values())
+    assert card.startswith("---\nlibrary_name: kernels\n")  # the Hub lists it under `kernels`
 
     # The real loader, default trust check (answered by the server), in a fresh process.
     script = textwrap.dedent(f"""
@@ -151,6 +152,57 @@ def test_a_variant_dropped_from_the_matrix_is_deleted_from_the_branch(release_di
     assert result.returncode == 0, result.stderr
     assert branch_variants(hub) == [v.name for v in kept]
     assert len(release_commits(hub)) == 2
+
+
+def test_a_partial_release_keeps_the_variants_it_does_not_carry(release_dir, hub, token, built):
+    """--allow-partial (or a smaller --profile): the branch keeps what it has of the matrix's other
+    variants, as kernel-builder's upload leaves them. They were deleted: get_kernel(version=1)
+    stopped loading for the users of a variant one run did not build."""
+    import shutil
+
+    if len(built) < 2:
+        pytest.skip("needs two built variants")
+    assert publish(release_dir, hub, token).returncode == 0
+    unbuilt = next(v.name for v in built.values() if "-cpu-" in v.name)
+    shutil.rmtree(release_dir / "build" / unbuilt)
+    plan = publish(release_dir, hub, token, "--allow-partial", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "note: 1 variants of the matrix are not in this release" in plan.stderr
+    assert "  deleted  build/" not in plan.stdout
+    result = publish(release_dir, hub, token, "--allow-partial")
+    assert result.returncode == 0, result.stderr
+    assert "already holds this release: no commit" in result.stderr
+    assert branch_variants(hub) == sorted(v.name for v in built.values())
+    assert len(release_commits(hub)) == 1
+
+
+def test_a_version_branch_name_as_tag_is_refused_before_any_request(release_dir, hub, token):
+    """--tag v2 on version 1's release would take the name version 2's branch needs."""
+    result = publish(release_dir, hub, token, "--tag", "v2")
+    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --tag v2: v<N> is the name of version N's branch, which `get_kernel(..., version=N)` loads, "
+        "and this release goes to v1: use another tag (e.g. v2.0.0)"
+    )
+    assert hub.requests == []
+
+
+def test_variants_built_from_a_dirty_tree_are_named_before_publishing(release_dir, hub, token, built):
+    """kernel-builder's upload warns of them; the `kernels` loader warns at each of their loads."""
+    variant = next(iter(built.values())).name
+    for other in built.values():  # one dirty, whatever the tree these were built from
+        metadata_path = release_dir / "build" / other.name / "metadata.json"
+        metadata = json.loads(metadata_path.read_text())
+        for source in ("kernel", "kernel-builder"):
+            git = metadata["provenance"].setdefault(source, {})
+            git.update({"commit": git.get("commit", "0" * 40), "dirty": other.name == variant})
+        metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")  # the digest leaves metadata.json out
+    result = publish(release_dir, hub, token, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"warning: 1 variants were built from a git tree with uncommitted changes ({variant}): "
+        "their recorded commit does not identify their sources"
+    ) in result.stderr
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(release_dir, hub, token, built):
@@ -309,6 +361,8 @@ def test_a_hub_branch_in_build_toml_is_where_the_release_goes(release_dir, hub, 
     )
     assert result.returncode == 0, result.stderr
     assert f"{REPO_ID}@ep-support" in result.stdout + result.stderr
+    card = hub.files(REPO_ID, "main")["README.md"].decode()  # loaded by the branch's name, not version=1
+    assert f'get_kernel("{REPO_ID}", revision="ep-support")' in card and "branch `ep-support`" in card
     assert any(p.startswith("build/") for p in hub.files(REPO_ID, "ep-support"))
     with pytest.raises(KeyError):  # no v1 branch was made
         hub.files(REPO_ID, BRANCH)

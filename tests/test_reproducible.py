@@ -261,6 +261,21 @@ def test_verify_a_hub_release_names_the_changed_file(hub, cpu_variant):
     assert line.startswith(f"error: build/{variant.name}/{the_library(variant).name}: differs (sha256 ")
 
 
+def test_verify_reads_the_branch_publish_writes(hub, cpu_variant, tmp_path):
+    """With [general.hub] branch, publish writes that branch: verify --repo-id reads it by default
+    (it read v<version>, and found v1's identical release instead of this branch's)."""
+    _, env = hub
+    _, kernel = cpu_variant
+    copy = tmp_path / "kernel"
+    shutil.copytree(kernel, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = copy / "build.toml"
+    toml.write_text(toml.read_text().replace("[general.hub]\n", '[general.hub]\nbranch = "v1-changed"\n'))
+    result = cli("verify", "--repo-id", REPO_ID, "--kernel-dir", str(copy), **env)
+    assert result.returncode == ExitCode.NOT_REPRODUCED, result.stderr
+    # (it differs: build.toml is among the sources the op namespace hashes)
+    assert f"downloading {REPO_ID}@v1-changed" in result.stderr
+
+
 def test_verify_of_a_release_that_is_not_there_is_one_line(hub, cpu_variant):
     _, env = hub
     _, kernel = cpu_variant

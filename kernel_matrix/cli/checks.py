@@ -155,7 +155,11 @@ def verify(
         str | None, typer.Option(help="Verify this Hub repo's release instead of local folders.")
     ] = None,
     revision: Annotated[
-        str | None, typer.Option(help="The release's branch or tag (default: v<version> from build.toml).")
+        str | None,
+        typer.Option(
+            help="The release's branch or tag (default: where publish puts it: \\[general.hub] branch, "
+            "else v<version> from build.toml)."
+        ),
     ] = None,
     kernel_dir: Annotated[Path, typer.Option(help="The kernel's sources, in kernel-builder layout.")] = Path("kernel"),
     build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),

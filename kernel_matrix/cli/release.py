@@ -22,6 +22,7 @@ from kernel_matrix.cli.options import (
 
 if TYPE_CHECKING:
     from kernel_matrix.releasing.publish import Plan
+    from kernel_matrix.releasing.release import Release
 
 
 def publish(
@@ -35,7 +36,10 @@ def publish(
     file: MatrixFileOption = Path("build_matrix.yaml"),
     profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
     allow_partial: Annotated[
-        bool, typer.Option(help="Publish although some variants of the profile are not built.")
+        bool,
+        typer.Option(
+            help="Publish although some variants of the profile are not built (what the branch has of them stays)."
+        ),
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="Print what would change, write nothing.")] = False,
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
@@ -49,7 +53,7 @@ def publish(
 
     from kernel_matrix.releasing import publish as hub
     from kernel_matrix.releasing.kernel_card import kernel_card
-    from kernel_matrix.releasing.release import prepare_releases
+    from kernel_matrix.releasing.release import prepare_releases, release_branch
 
     resolved = resolve(selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir))
     if tag is not None:
@@ -57,13 +61,17 @@ def publish(
     releases = prepare_releases(
         resolved, build_dir, repo_id, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
     )
+    if tag is not None:  # before anything is published: a tag no kernel's release can take
+        for _, release in releases:
+            hub.check_tag_beside_branch(tag, release_branch(release.config))
     api = HfApi()
     for target, release in releases:
         config = release.config
-        # kernel-builder's upload: [general.hub] branch where build.toml names one, else v<version>.
-        branch = config.general.hub.branch or f"v{config.general.version}"
+        branch = release_branch(config)
+        for line in _release_notes(release):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
         if dry_run:
-            _print_plan(hub.dry_run(api, target, branch, release.files), dry_run=True)
+            _print_plan(hub.dry_run(api, target, branch, release.files, release.kept), dry_run=True)
             continue
         built = list(release.metadata)
         release_tag = tag
@@ -80,6 +88,7 @@ def publish(
             card=kernel_card(config, target, release.metadata),
             message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
             tag=release_tag,
+            kept=release.kept,
             log=lambda m: console.print(styled((m, "yellow"))),
         )
         _print_plan(outcome.plan, dry_run=False)
@@ -87,6 +96,25 @@ def publish(
             console.print(f"published {len(built)} variants to {target}@{branch}: commit {outcome.commit}")
         else:
             console.print(f"{target}@{branch} already holds this release: no commit")
+
+
+def _release_notes(release: Release) -> list[str]:
+    """What a release leaves alone, and what its loaders will be warned of, said before it goes."""
+    from kernel_matrix.releasing.release import is_dirty
+
+    lines = []
+    if release.kept:
+        lines.append(
+            f"note: {len(release.kept)} variants of the matrix are not in this release (not built, or outside "
+            "its profile): what the branch has of them stays"
+        )
+    if dirty := [name for name, meta in release.metadata.items() if is_dirty(meta)]:
+        # kernel-builder's upload warns so; `kernels` warns at every load of these variants.
+        lines.append(
+            f"warning: {len(dirty)} variants were built from a git tree with uncommitted changes "
+            f"({', '.join(dirty)}): their recorded commit does not identify their sources"
+        )
+    return lines
 
 
 def _print_plan(plan: Plan, *, dry_run: bool) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from kernel_matrix.config.buildtoml import BuildConfig
+from kernel_matrix.releasing.release import release_branch
 
 
 def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str, Any]]) -> str:
@@ -27,9 +28,15 @@ def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str,
     # The front matter is written by a YAML writer: general.license is the kernel
     # author's (or a pull request's) text, and interpolated it could end the string
     # and add keys of its own, or end the front matter.
+    # library_name: the Hub lists the repo under the `kernels` library, as kernel-builder's card template does.
     front_matter = yaml.safe_dump(
-        {"license": general.license.lower(), "tags": ["kernel"]}, sort_keys=False, allow_unicode=True
+        {"library_name": "kernels", "license": general.license.lower(), "tags": ["kernel"]},
+        sort_keys=False,
+        allow_unicode=True,
     )
+    branch = release_branch(config)
+    # A version's branch is loaded by its number; a branch of another name ([general.hub] branch) by name.
+    where = f"version={general.version}" if branch == f"v{general.version}" else f"revision={json.dumps(branch)}"
     return "\n".join(
         [
             "---",
@@ -39,13 +46,13 @@ def kernel_card(config: BuildConfig, repo_id: str, variants: dict[str, dict[str,
             f"# {general.name}",
             "",
             f"A PyTorch kernel for the Hugging Face `kernels` loader, version {general.version} "
-            f"(branch `v{general.version}`). Load the build that matches your torch and CUDA:",
+            f"(branch `{branch}`). Load the build that matches your torch and CUDA:",
             "",
             "```python",
             "from kernels import get_kernel",
             "",
             # A Python string literal, whatever the repo id holds.
-            f"{general.python_name} = get_kernel({json.dumps(repo_id)}, version={general.version})",
+            f"{general.python_name} = get_kernel({json.dumps(repo_id)}, {where})",
             "```",
             "",
             "## Build variants",

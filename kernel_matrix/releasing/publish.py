@@ -1,10 +1,12 @@
 """Publish built variants to a Hugging Face Hub kernel repo.
 
 A release is ONE commit on branch v<version>: it adds or changes the variant
-files of this release and deletes every other file under build/, so nobody
-sees half a release and no stale variant survives. Unchanged content makes no
-commit. The kernel card (README.md) goes to main, the optional tag to the
-release commit. The token comes from HF_TOKEN or the huggingface_hub login and
+files of this release and deletes every other file under build/ but those of
+the variants the matrix names and this release does not carry (not built, or
+outside its profile: kernel-builder's upload leaves other variants alone too),
+so nobody sees half a release and no variant dropped from the matrix survives.
+Unchanged content makes no commit. The kernel card (README.md) goes to main,
+the optional tag to the release commit. The token comes from HF_TOKEN or the huggingface_hub login and
 is never printed."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -118,7 +120,8 @@ def remote_build_files(api: HfApi, repo_id: str, revision: str) -> dict[str, str
         raise
 
 
-def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -> Plan:
+def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], kept: Collection[str] = ()) -> Plan:
+    """kept: variants whose files on the branch stay (this release does not carry them)."""
     head = branch_head(api, repo_id, branch)
     # A new branch starts from main but inherits none of its build/ files.
     remote = remote_build_files(api, repo_id, head or "main")
@@ -129,15 +132,16 @@ def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -
         remote_id = remote.get(file.path_in_repo)
         same = remote_id in (file.blob_oid, file.sha256)
         (plan.added if remote_id is None else plan.unchanged if same else plan.changed).append(file)
-    plan.deleted = sorted(set(remote) - local_paths)
+    kept_prefixes = tuple(f"build/{variant}/" for variant in kept)
+    plan.deleted = sorted(path for path in set(remote) - local_paths if not path.startswith(kept_prefixes))
     return plan
 
 
-def dry_run(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile]) -> Plan:
+def dry_run(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], kept: Collection[str] = ()) -> Plan:
     """The plan publish would carry out, from read-only calls."""
     with explain_refusals(repo_id):
         try:
-            return make_plan(api, repo_id, branch, files)
+            return make_plan(api, repo_id, branch, files, kept)
         except RepositoryNotFoundError:
             return Plan(repo_id=repo_id, branch=branch, parent_commit=None, added=list(files))
 
@@ -161,6 +165,7 @@ def publish(
     card: str,
     message: str,
     tag: str | None = None,
+    kept: Collection[str] = (),
     retry: Retry | None = None,
     log: Callable[[str], None] = lambda m: None,
 ) -> Published:
@@ -174,7 +179,7 @@ def publish(
         sent: list[Plan] = []  # plans whose commit request went out
 
         def commit_release() -> tuple[Plan, str | None]:
-            plan = make_plan(api, repo_id, branch, files)
+            plan = make_plan(api, repo_id, branch, files, kept)
             if not plan.has_changes:
                 # Nothing left to do: either nothing changed, or an earlier
                 # attempt's commit landed although its answer was lost.
@@ -215,6 +220,22 @@ def check_tag(tag: str) -> str:
             "leading '.', '/' at either end; and not a full ref such as refs/heads/main)"
         )
     return tag
+
+
+# The branches `kernels` loads a version from: get_kernel(repo, version=N) reads v<N>.
+_VERSION_BRANCH = re.compile(r"v[0-9]+")
+
+
+def check_tag_beside_branch(tag: str, branch: str) -> None:
+    """A tag named like another version's branch (v2 on a release to v1) would hold the name
+    that version's branch needs: the Hub keeps one ref of a name, and `revision="v2"` reads
+    either. Refused before anything is published; a tag equal to the release's branch is
+    left out with a note by the caller."""
+    if tag != branch and _VERSION_BRANCH.fullmatch(tag):
+        raise ConfigError(
+            f"--tag {tag}: v<N> is the name of version N's branch, which `get_kernel(..., version=N)` "
+            f"loads, and this release goes to {branch}: use another tag (e.g. {tag}.0.0)"
+        )
 
 
 def _tag(api: HfApi, repo_id: str, tag: str, commit: str | None) -> None:

@@ -28,6 +28,22 @@ class ReleaseFile:
     sha256: str  # what it reports for LFS/Xet files (binaries such as the .so)
 
 
+def release_branch(config: BuildConfig) -> str:
+    """Where a kernel's release goes, as kernel-builder uploads: [general.hub] branch where
+    build.toml names one, else v<version>, the branch `get_kernel(..., version=N)` reads."""
+    return config.general.hub.branch or f"v{config.general.version}"
+
+
+def is_dirty(metadata: dict[str, Any]) -> bool:
+    """A variant built from a git tree with uncommitted changes (the kernel's, or its
+    builder's): what kernel-builder's upload and the `kernels` loader warn of."""
+    provenance = metadata.get("provenance") or {}
+    return any(
+        isinstance(source, dict) and source.get("dirty") is True
+        for source in (provenance.get("kernel"), provenance.get("kernel-builder"))
+    )
+
+
 def git_blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -86,13 +102,23 @@ class Release:
     config: BuildConfig  # the kernel's build.toml
     metadata: dict[str, dict[str, Any]]  # variant name -> metadata.json, in matrix order
     files: list[ReleaseFile]
+    # Variants the whole matrix names that this release does not carry (not built, with
+    # --allow-partial, or outside its profile): what the branch has of them stays.
+    kept: tuple[str, ...] = ()
 
 
 def prepare_release(
-    config: BuildConfig, build_dir: Path, expected: list[str], *, allow_partial: bool, manylinux: str | None
+    config: BuildConfig,
+    build_dir: Path,
+    expected: list[str],
+    *,
+    allow_partial: bool,
+    manylinux: str | None,
+    named: list[str] | None = None,
 ) -> Release:
     """The built variants of `expected`, each checked; refuses an incomplete
-    release unless allow_partial."""
+    release unless allow_partial. named: every variant of the kernel the whole
+    matrix names (default: expected); those not released are kept on the branch."""
     built = [name for name in expected if is_built(build_dir / name)]
     missing = [name for name in expected if name not in built]
     if missing and not allow_partial:
@@ -104,7 +130,8 @@ def prepare_release(
     if not built:
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
     metadata = {name: checked_metadata(build_dir / name, config, manylinux=manylinux) for name in built}
-    return Release(config=config, metadata=metadata, files=release_files(build_dir, built))
+    kept = tuple(name for name in (expected if named is None else named) if name not in built)
+    return Release(config=config, metadata=metadata, files=release_files(build_dir, built), kept=kept)
 
 
 def prepare_releases(
@@ -117,7 +144,12 @@ def prepare_releases(
         target = _repo_id(repo_id, item.kernel, several=len(resolved.kernels) > 1)
         expected = [c.name for c in item.cells]
         release = prepare_release(
-            item.kernel.config, item.build_dir.path, expected, allow_partial=allow_partial, manylinux=manylinux
+            item.kernel.config,
+            item.build_dir.path,
+            expected,
+            allow_partial=allow_partial,
+            manylinux=manylinux,
+            named=[c.name for c in resolved.matrix_cells[item.kernel.name]],
         )
         releases.append((target, release))
     return releases

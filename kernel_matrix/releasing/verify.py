@@ -57,6 +57,7 @@ from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
 from kernel_matrix.planning.selection import Selection
 from kernel_matrix.releasing.publish import REPO_TYPE
+from kernel_matrix.releasing.release import release_branch
 
 # A variant's metadata.json, read as JSON (read_metadata checks backend.type).
 Metadata = dict[str, Any]
@@ -471,7 +472,7 @@ def verify_command(
         # Named by path: two folders of one variant (a copy and the original) stay apart.
         outcomes = verify_variants([resolve_variant_dir(v, build_dir) for v in variants], rebuilder, label=str)
     else:
-        revision = revision or f"v{config.general.version}"
+        revision = revision or release_branch(config)
         with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
             log(f"downloading {repo_id}@{revision}")
             found = download_release(repo_id, revision, Path(scratch), variants)

@@ -76,7 +76,7 @@ def test_a_license_is_data_in_the_hub_cards_front_matter(kernel_copy, license):
     # As the Hub reads it: the first ---...--- block, as YAML.
     match = REGEX_YAML_BLOCK.search(card)
     assert match is not None
-    assert yaml.safe_load(match.group(2)) == {"license": license.lower(), "tags": ["kernel"]}
+    assert yaml.safe_load(match.group(2)) == {"library_name": "kernels", "license": license.lower(), "tags": ["kernel"]}
     # The repo id is one Python string literal in the usage snippet.
     (snippet,) = [line for line in card.splitlines() if line.startswith(f"{config.general.python_name} = ")]
     assert snippet == f"{config.general.python_name} = get_kernel({json.dumps(repo_id)}, version=1)"
