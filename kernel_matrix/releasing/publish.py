@@ -6,8 +6,8 @@ the variants the matrix names and this release does not carry (not built, or
 outside its profile: kernel-builder's upload leaves other variants alone too),
 so nobody sees half a release and no variant dropped from the matrix survives.
 Unchanged content makes no commit. The kernel card (README.md) goes to main,
-the optional tag to the release commit. The token comes from HF_TOKEN or the huggingface_hub login and
-is never printed."""
+the optional tag to the release commit. The token comes from HF_TOKEN or the
+huggingface_hub login and is never printed."""
 
 from __future__ import annotations
 
