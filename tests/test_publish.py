@@ -205,6 +205,91 @@ def test_variants_built_from_a_dirty_tree_are_named_before_publishing(release_di
     ) in result.stderr
 
 
+def publish_kernel(kernel, project, hub, token, *args):
+    """publish of the kernel folder `kernel` (a copy of kernel/), with project's build/ and matrix."""
+    environment = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HUB_DISABLE_XET": "1"}
+    environment.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    return kernel_matrix(
+        "publish",
+        *("--kernel-dir", str(kernel), "--build-dir", str(project / "build")),
+        *("--file", str(project / "build_matrix.yaml"), "--manylinux", "none"),
+        *args,
+        cwd=project,
+        env=environment,
+    )
+
+
+# A CARD.md as kernel-builder's `init` writes one (its minijinja template, trimmed), with every value it fills.
+CARD_TEMPLATE = """---
+library_name: kernels
+{% if license %}license: {{ license }}
+{% endif %}---
+
+Card of {{ repo_id }}, version {{ version }}.
+{% if functions %}
+{% for func in functions %}
+- `{{ func }}`
+{% endfor %}
+{% endif %}
+{% if layers %}layers: {{ layers | join(", ") }}
+{% endif %}
+{% if has_benchmark %}Run `kernels benchmark {{ repo_id }} --version {{ version }}`.
+{% endif %}
+{% if upstream %}Upstream: {{ upstream }}
+{% endif %}
+"""
+
+
+def test_a_kernels_card_template_and_benchmarks_go_where_kernel_builder_uploads_them(release_dir, hub, token, tmp_path):
+    """CARD.md rendered into main's README.md (fill-card's values); benchmarks/benchmark*.py on
+    the version branch, where `kernels benchmark` finds them, the stale ones deleted."""
+    import shutil
+
+    kernel = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
+    (kernel / "CARD.md").write_text(CARD_TEMPLATE)
+    layers = kernel / "torch-ext" / "img2gray" / "layers.py"
+    layers.write_text("class Img2Gray:\n    pass\n\n\nclass Other:\n    pass\n")
+    init = kernel / "torch-ext" / "img2gray" / "__init__.py"
+    init.write_text(init.read_text().replace('__all__ = ["img2gray"]', '__all__ = ["img2gray", "layers"]'))
+    benchmarks = kernel / "benchmarks"
+    shutil.rmtree(benchmarks, ignore_errors=True)
+    benchmarks.mkdir()
+    for name in ("benchmark.py", "benchmark_sizes.py", "helper.py"):
+        (benchmarks / name).write_text(f"# {name}\n")
+    result = publish_kernel(kernel, release_dir, hub, token)
+    assert result.returncode == 0, result.stderr
+    assert hub.files(REPO_ID, "main")["README.md"].decode() == (
+        "---\nlibrary_name: kernels\nlicense: apache-2.0\n---\n\n"
+        f"Card of {REPO_ID}, version 1.\n- `img2gray`\nlayers: Img2Gray, Other\n"
+        f"Run `kernels benchmark {REPO_ID} --version 1`.\n"
+    )
+    files = hub.files(REPO_ID, BRANCH)
+    assert {p for p in files if p.startswith("benchmarks/")} == {
+        "benchmarks/benchmark.py",
+        "benchmarks/benchmark_sizes.py",
+    }
+    assert files["benchmarks/benchmark.py"] == b"# benchmark.py\n"
+
+    (benchmarks / "benchmark_sizes.py").unlink()
+    again = publish_kernel(kernel, release_dir, hub, token)
+    assert again.returncode == 0, again.stderr
+    assert {p for p in hub.files(REPO_ID, BRANCH) if p.startswith("benchmarks/")} == {"benchmarks/benchmark.py"}
+
+
+def test_a_card_template_that_does_not_parse_is_one_line_before_any_request(release_dir, hub, token, tmp_path):
+    import shutil
+
+    kernel = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
+    (kernel / "CARD.md").write_text("# [card]\n\n{% if license %}\nno end\n")
+    result = publish_kernel(kernel, release_dir, hub, token)
+    assert result.returncode == ExitCode.CONFIG, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {kernel / 'CARD.md'}:4: the card template does not parse: ")
+    assert hub.requests == []
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(release_dir, hub, token, built):
     result = publish(release_dir, hub, token, "--dry-run")
     assert result.returncode == 0, result.stderr
@@ -344,21 +429,7 @@ def test_a_hub_branch_in_build_toml_is_where_the_release_goes(release_dir, hub, 
     shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
     toml = kernel / "build.toml"
     toml.write_text(toml.read_text().replace("[general.hub]\n", '[general.hub]\nbranch = "ep-support"\n'))
-    environment = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HUB_DISABLE_XET": "1"}
-    environment.pop("HF_HUB_DISABLE_TELEMETRY", None)
-    result = kernel_matrix(
-        "publish",
-        "--kernel-dir",
-        str(kernel),
-        "--build-dir",
-        str(release_dir / "build"),
-        "--file",
-        str(release_dir / "build_matrix.yaml"),
-        "--manylinux",
-        "none",
-        cwd=release_dir,
-        env=environment,
-    )
+    result = publish_kernel(kernel, release_dir, hub, token)
     assert result.returncode == 0, result.stderr
     assert f"{REPO_ID}@ep-support" in result.stdout + result.stderr
     card = hub.files(REPO_ID, "main")["README.md"].decode()  # loaded by the branch's name, not version=1

@@ -64,8 +64,10 @@ def publish(
     if tag is not None:  # before anything is published: a tag no kernel's release can take
         for _, release in releases:
             hub.check_tag_beside_branch(tag, release_branch(release.config))
+    # Every card before anything is published: a CARD.md that cannot be rendered stops them all.
+    cards = [kernel_card(release.config, target, release.metadata, release.kernel_dir) for target, release in releases]
     api = HfApi()
-    for target, release in releases:
+    for (target, release), card in zip(releases, cards, strict=True):
         config = release.config
         branch = release_branch(config)
         for line in _release_notes(release):
@@ -85,7 +87,7 @@ def publish(
             target,
             branch,
             release.files,
-            card=kernel_card(config, target, release.metadata),
+            card=card,
             message=f"Release {config.general.name} v{config.general.version}: {len(built)} variants",
             tag=release_tag,
             kept=release.kept,

@@ -1,7 +1,8 @@
 """Publish built variants to a Hugging Face Hub kernel repo.
 
 A release is ONE commit on branch v<version>: it adds or changes the variant
-files of this release and deletes every other file under build/ but those of
+files of this release (and the kernel's benchmarks/benchmark*.py, as
+kernel-builder uploads them) and deletes every other file under build/ but those of
 the variants the matrix names and this release does not carry (not built, or
 outside its profile: kernel-builder's upload leaves other variants alone too),
 so nobody sees half a release and no variant dropped from the matrix survives.
@@ -105,26 +106,39 @@ def branch_head(api: HfApi, repo_id: str, branch: str) -> str | None:
     return next((ref.target_commit for ref in refs.branches if ref.name == branch), None)
 
 
-def remote_build_files(api: HfApi, repo_id: str, revision: str) -> dict[str, str]:
-    """path -> content id of every file under build/ at revision: the sha256 of
+def remote_files(api: HfApi, repo_id: str, revision: str, folder: str) -> dict[str, str]:
+    """path -> content id of every file under folder/ at revision: the sha256 of
     LFS/Xet files (the Hub stores binaries so; their blob oid hashes the pointer),
     else the git blob oid."""
     try:
         entries = api.list_repo_tree(
-            repo_id, path_in_repo="build", recursive=True, revision=revision, repo_type=REPO_TYPE
+            repo_id, path_in_repo=folder, recursive=True, revision=revision, repo_type=REPO_TYPE
         )
         return {e.path: (e.lfs.sha256 if e.lfs else e.blob_id) for e in entries if isinstance(e, RepoFile)}
     except HfHubHTTPError as exc:
         if getattr(exc, "response", None) is not None and exc.response.status_code == 404:
-            return {}  # no build/ folder yet
+            return {}  # no such folder yet
         raise
+
+
+def _stale(path: str, *, new_branch: bool, kept_prefixes: tuple[str, ...]) -> bool:
+    """Whether a file of the branch that this release does not hold goes, as kernel-builder's
+    upload decides: under build/ all but the kept variants'; under benchmarks/ all of a new
+    branch's (inherited from main), else only benchmark*.py (upload.rs)."""
+    if path.startswith("build/"):
+        return not path.startswith(kept_prefixes)
+    name = path.rsplit("/", 1)[-1]
+    return new_branch or (name.startswith("benchmark") and name.endswith(".py"))
 
 
 def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], kept: Collection[str] = ()) -> Plan:
     """kept: variants whose files on the branch stay (this release does not carry them)."""
     head = branch_head(api, repo_id, branch)
-    # A new branch starts from main but inherits none of its build/ files.
-    remote = remote_build_files(api, repo_id, head or "main")
+    # A new branch starts from main but inherits none of its build/ (or benchmarks/) files.
+    remote = {
+        **remote_files(api, repo_id, head or "main", "build"),
+        **remote_files(api, repo_id, head or "main", "benchmarks"),
+    }
     plan = Plan(repo_id=repo_id, branch=branch, parent_commit=head)
     local_paths = set()
     for file in files:
@@ -133,7 +147,9 @@ def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], k
         same = remote_id in (file.blob_oid, file.sha256)
         (plan.added if remote_id is None else plan.unchanged if same else plan.changed).append(file)
     kept_prefixes = tuple(f"build/{variant}/" for variant in kept)
-    plan.deleted = sorted(path for path in set(remote) - local_paths if not path.startswith(kept_prefixes))
+    plan.deleted = sorted(
+        path for path in set(remote) - local_paths if _stale(path, new_branch=head is None, kept_prefixes=kept_prefixes)
+    )
     return plan
 
 

@@ -97,6 +97,25 @@ def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
     return files
 
 
+def benchmark_files(kernel_dir: Path) -> list[ReleaseFile]:
+    """The kernel's benchmarks/benchmark*.py, which kernel-builder's upload puts in the version
+    branch's benchmarks/ (what `kernels benchmark <repo> --version N` runs). Plain files only:
+    a link could carry a host file into the release."""
+    folder = kernel_dir / "benchmarks"
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    files = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith("benchmark") and path.name.endswith(".py") and path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            files.append(
+                ReleaseFile(
+                    f"benchmarks/{path.name}", path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest()
+                )
+            )
+    return files
+
+
 @dataclass(frozen=True)
 class Release:
     config: BuildConfig  # the kernel's build.toml
@@ -105,6 +124,7 @@ class Release:
     # Variants the whole matrix names that this release does not carry (not built, with
     # --allow-partial, or outside its profile): what the branch has of them stays.
     kept: tuple[str, ...] = ()
+    kernel_dir: Path | None = None  # the kernel's folder: its CARD.md template, if it has one
 
 
 def prepare_release(
@@ -115,10 +135,12 @@ def prepare_release(
     allow_partial: bool,
     manylinux: str | None,
     named: list[str] | None = None,
+    kernel_dir: Path | None = None,
 ) -> Release:
     """The built variants of `expected`, each checked; refuses an incomplete
     release unless allow_partial. named: every variant of the kernel the whole
-    matrix names (default: expected); those not released are kept on the branch."""
+    matrix names (default: expected); those not released are kept on the branch.
+    kernel_dir: the kernel's folder, whose benchmarks/benchmark*.py are released too."""
     built = [name for name in expected if is_built(build_dir / name)]
     missing = [name for name in expected if name not in built]
     if missing and not allow_partial:
@@ -131,7 +153,8 @@ def prepare_release(
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
     metadata = {name: checked_metadata(build_dir / name, config, manylinux=manylinux) for name in built}
     kept = tuple(name for name in (expected if named is None else named) if name not in built)
-    return Release(config=config, metadata=metadata, files=release_files(build_dir, built), kept=kept)
+    files = release_files(build_dir, built) + (benchmark_files(kernel_dir) if kernel_dir else [])
+    return Release(config=config, metadata=metadata, files=files, kept=kept, kernel_dir=kernel_dir)
 
 
 def prepare_releases(
@@ -150,6 +173,7 @@ def prepare_releases(
             allow_partial=allow_partial,
             manylinux=manylinux,
             named=[c.name for c in resolved.matrix_cells[item.kernel.name]],
+            kernel_dir=item.kernel.dir,
         )
         releases.append((target, release))
     return releases
