@@ -81,6 +81,28 @@ CASES = [
         "upstream =",
         "'general.upstream' = 'ftp://example.com/img2gray': unsupported scheme 'ftp' in a git URL",
     ),
+    (
+        "an upstream the loader's URL parser refuses",  # ssh:// with scp's colon: a port that is no number
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nupstream = "ssh://git@github.com:org/img2gray.git"',
+        "upstream =",
+        "'general.upstream' = 'ssh://git@github.com:org/img2gray.git': the kernels loader cannot read it: "
+        "invalid git URL `ssh://git@github.com:org/img2gray.git`",
+    ),
+    (
+        "a source with no host",
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nsource = "https://"',
+        "source =",
+        "'general.source' = 'https://': the kernels loader cannot read it: invalid git URL `https://`",
+    ),
+    (
+        "a kernel dependency of a negative version",  # kernels-data: a usize
+        "[torch]",
+        '[general.cuda]\nkernel-depends = [{ repo-id = "org/other", version = -1 }]\n\n[torch]',
+        "kernel-depends",
+        "greater than or equal to 0",
+    ),
     ("malformed TOML", "[torch]", "[torch", "[torch", "invalid TOML"),
     (
         "a key set twice",  # tomllib says "Cannot overwrite a value" at the document's end
@@ -500,6 +522,25 @@ def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_the
     ]
     for variant in (cpu, cuda):
         assert str(Metadata.read_from_file(variant / "metadata.json").name) == "described"
+
+
+def test_python_depends_are_the_kernels_then_those_of_the_tables_kernel_builder_reads(tmp_path):
+    """kernels-data's backend_python_depends adds [general.cuda]'s, [general.tpu]'s and
+    [general.xpu]'s lists; a [general.neuron] list is not written (the loader would check
+    names kernel-builder never records)."""
+    from kernel_matrix.building.native_build import build_noarch
+
+    kernel = tmp_path / "deps"
+    (kernel / "torch-ext" / "deps").mkdir(parents=True)
+    (kernel / "torch-ext" / "deps" / "__init__.py").write_text("x = 1\n")
+    (kernel / "build.toml").write_text(
+        '[general]\nname = "deps"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cuda", "neuron"]\n'
+        'python-depends = ["einops"]\n\n[general.cuda]\npython-depends = ["nvidia-cutlass-dsl"]\n\n'
+        '[general.neuron]\npython-depends = ["nki"]\n\n[torch-noarch]\n'
+    )
+    cuda, neuron = build_noarch(kernel, tmp_path / "build", backends=["cuda", "neuron"])
+    assert json.loads((cuda / "metadata.json").read_text())["python-depends"] == ["einops", "nvidia-cutlass-dsl"]
+    assert json.loads((neuron / "metadata.json").read_text())["python-depends"] == ["einops"]
 
 
 def test_python_depends_kernel_builder_does_not_know_are_refused_at_their_line(kernel_copy):

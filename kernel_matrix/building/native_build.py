@@ -688,8 +688,10 @@ def _backend_general(config: BuildConfig, backend: str) -> CudaGeneral | Backend
 
 
 def python_depends(config: BuildConfig, backend: str) -> list[str]:
-    """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order)."""
-    table = _backend_general(config, backend)
+    """metadata.json's python-depends: the kernel's, then its backend's (kernel-builder's order).
+    Only [general.cuda], [general.tpu] and [general.xpu] add theirs: kernels-data's
+    backend_python_depends reads no other table, so a [general.neuron] list is not written."""
+    table = _backend_general(config, backend) if backend in ("cuda", "tpu", "xpu") else None
     return [*(config.general.python_depends or []), *((table.python_depends if table else None) or [])]
 
 

@@ -72,17 +72,32 @@ _SCP_HOST = re.compile(r"^[^\s/?#\[\]]+$")
 
 
 def _git_url(url: str) -> str:
-    """As kernel-builder's GitUrl::parse takes upstream and source (its own tests' cases)."""
+    """As kernel-builder's GitUrl::parse takes upstream and source (its own tests' cases), then
+    as the loader reads metadata.json: the same kernels-data GitUrl, so a URL its URL parser
+    refuses (`ssh://git@host:org/repo`, `https://`) is refused here, not at the first load."""
     if scheme := _URL_SCHEME.match(url):
         if scheme.group(1).lower() not in GIT_SCHEMES:
             raise ValueError(
                 f"unsupported scheme '{scheme.group(1)}' in a git URL: expected one of {', '.join(GIT_SCHEMES)}"
             )
-        return url
-    host, colon, path = url.partition(":")
-    if not (colon and _SCP_HOST.match(host) and path and not path.startswith("/")):
-        raise ValueError("not a git URL: expected e.g. https://github.com/org/repo or git@github.com:org/repo.git")
+    else:
+        host, colon, path = url.partition(":")
+        if not (colon and _SCP_HOST.match(host) and path and not path.startswith("/")):
+            raise ValueError("not a git URL: expected e.g. https://github.com/org/repo or git@github.com:org/repo.git")
+    _loader_reads_git_url(url)
     return url
+
+
+def _loader_reads_git_url(url: str) -> None:
+    """The loader's own parse of a metadata.json holding url as upstream."""
+    from kernels._rust import Metadata
+
+    probe = {"name": "probe", "version": 1, "id": "_probe", "license": "mit", "python-depends": []}
+    try:
+        Metadata.from_bytes(json.dumps({**probe, "backend": {"type": "cpu"}, "upstream": url}).encode())
+    except ValueError as exc:  # "Cannot parse metadata: invalid git URL `...` at line 1 column 99"
+        reason = re.sub(r" at line \d+ column \d+$", "", str(exc).removeprefix("Cannot parse metadata: "))
+        raise ValueError(f"the kernels loader cannot read it: {reason}") from None
 
 
 def _some_backend(backends: list[str]) -> list[str]:
@@ -102,7 +117,7 @@ class KernelDependency(Section):
     """Another Hub kernel this one loads: by version (a v<N> branch) or revision."""
 
     repo_id: str
-    version: int | None = Field(default=None, strict=True)  # not a boolean
+    version: int | None = Field(default=None, strict=True, ge=0)  # not a boolean; a usize in kernels-data
     revision: str | None = None
 
     @model_validator(mode="after")
