@@ -49,9 +49,22 @@ def git_state(path: Path, *, env: str = SOURCE_GIT_ENV) -> GitState | None:
     return GitState(commit=head.stdout.strip(), dirty=bool(status.stdout.strip()))
 
 
-def builder_git_state() -> GitState | None:
-    """kernel-matrix's own git state, where it runs from a checkout (its package folder only)."""
-    return git_state(PACKAGE_DIR, env=BUILDER_GIT_ENV)
+def builder_git_state(package_dir: Path = PACKAGE_DIR) -> GitState | None:
+    """kernel-matrix's own git state, where it runs from a checkout of it (its package folder
+    only). An install inside another repository (a .venv in the kernel's own) is no checkout:
+    git would answer with that repository's HEAD, so its package must be tracked there."""
+    if os.environ.get(BUILDER_GIT_ENV) is None and not _tracked(package_dir / "__init__.py"):
+        return None
+    return git_state(package_dir, env=BUILDER_GIT_ENV)
+
+
+def _tracked(path: Path) -> bool:
+    if shutil.which("git") is None:
+        return False
+    result = subprocess.run(
+        ["git", "-C", str(path.parent), "ls-files", "--error-unmatch", path.name], capture_output=True, check=False
+    )
+    return result.returncode == 0
 
 
 def toolchain(*, torch_version: str, python: str, cxx: str, nvcc: str | None, source_date_epoch: str) -> dict[str, str]:
