@@ -491,24 +491,34 @@ def test_a_variant_ships_the_packages_python_files_and_what_pyext_adds(tmp_path)
     assert load_build_toml(kernel).package_suffixes == {".py", ".json"}
 
 
+def build_python_only(tmp_path, name: str, backends: list[str], general: str) -> list:
+    """A [torch-noarch] kernel `name` whose [general] table ends with `general` (tables may
+    follow), built for backends: its variant folders, in that order."""
+    from kernel_matrix.building.native_build import build_noarch
+
+    kernel = tmp_path / name
+    (kernel / "torch-ext" / name).mkdir(parents=True)
+    (kernel / "torch-ext" / name / "__init__.py").write_text("x = 1\n")
+    (kernel / "build.toml").write_text(
+        f'[general]\nname = "{name}"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = {json.dumps(backends)}\n'
+        f"{general}\n[torch-noarch]\n"
+    )
+    return build_noarch(kernel, tmp_path / "build", backends=backends)
+
+
 def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_them(tmp_path):
     """kernels-data's Metadata: `upstream` and `source` where given, `kernel-depends` always
     (the kernel's, then its backend's), in its key order; the loader reads the file."""
     from kernels._rust import Metadata
 
-    from kernel_matrix.building.native_build import build_noarch
-
-    kernel = tmp_path / "described"
-    (kernel / "torch-ext" / "described").mkdir(parents=True)
-    (kernel / "torch-ext" / "described" / "__init__.py").write_text("x = 1\n")
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "described"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cpu", "cuda"]\n'
+    cpu, cuda = build_python_only(
+        tmp_path,
+        "described",
+        ["cpu", "cuda"],
         'upstream = "https://github.com/example/upstream"\nsource = "https://github.com/example/described"\n'
         'kernel-depends = [{ repo-id = "kernels-community/relu", version = 1 }]\n\n'
-        '[general.cuda]\nkernel-depends = [{ repo-id = "kernels-community/activation", revision = "abc123" }]\n\n'
-        "[torch-noarch]\n"
+        '[general.cuda]\nkernel-depends = [{ repo-id = "kernels-community/activation", revision = "abc123" }]\n',
     )
-    cpu, cuda = build_noarch(kernel, tmp_path / "build", backends=["cpu", "cuda"])
     raw = json.loads((cuda / "metadata.json").read_text())
     keys = ["name", "id", "version", "license", "upstream", "source", "python-depends", "kernel-depends", "backend"]
     assert list(raw)[: len(keys)] == keys
@@ -528,17 +538,13 @@ def test_python_depends_are_the_kernels_then_those_of_the_tables_kernel_builder_
     """kernels-data's backend_python_depends adds [general.cuda]'s, [general.tpu]'s and
     [general.xpu]'s lists; a [general.neuron] list is not written (the loader would check
     names kernel-builder never records)."""
-    from kernel_matrix.building.native_build import build_noarch
-
-    kernel = tmp_path / "deps"
-    (kernel / "torch-ext" / "deps").mkdir(parents=True)
-    (kernel / "torch-ext" / "deps" / "__init__.py").write_text("x = 1\n")
-    (kernel / "build.toml").write_text(
-        '[general]\nname = "deps"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cuda", "neuron"]\n'
+    cuda, neuron = build_python_only(
+        tmp_path,
+        "deps",
+        ["cuda", "neuron"],
         'python-depends = ["einops"]\n\n[general.cuda]\npython-depends = ["nvidia-cutlass-dsl"]\n\n'
-        '[general.neuron]\npython-depends = ["nki"]\n\n[torch-noarch]\n'
+        '[general.neuron]\npython-depends = ["nki"]\n',
     )
-    cuda, neuron = build_noarch(kernel, tmp_path / "build", backends=["cuda", "neuron"])
     assert json.loads((cuda / "metadata.json").read_text())["python-depends"] == ["einops", "nvidia-cutlass-dsl"]
     assert json.loads((neuron / "metadata.json").read_text())["python-depends"] == ["einops"]
 
