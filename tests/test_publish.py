@@ -277,16 +277,21 @@ def test_a_kernels_card_template_and_benchmarks_go_where_kernel_builder_uploads_
     assert {p for p in hub.files(REPO_ID, BRANCH) if p.startswith("benchmarks/")} == {"benchmarks/benchmark.py"}
 
 
-def test_a_card_template_that_does_not_parse_is_one_line_before_any_request(release_dir, hub, token, tmp_path):
+def test_a_card_template_that_does_not_render_is_one_line_before_any_request(release_dir, hub, token, tmp_path):
     import shutil
 
     kernel = tmp_path / "kernel"
     shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
-    (kernel / "CARD.md").write_text("# [card]\n\n{% if license %}\nno end\n")
-    result = publish_kernel(kernel, release_dir, hub, token)
-    assert result.returncode == ExitCode.CONFIG, result.stderr
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {kernel / 'CARD.md'}:4: the card template does not parse: ")
+    for template, said in [
+        ("# [card]\n\n{% if license %}\nno end\n", ":4: the card template does not parse: "),
+        ("{{ version / 0 }}\n", ": the card template cannot be rendered: ZeroDivisionError: "),
+        ("{{ ''.__class__.__mro__ }}\n", ": the card template cannot be rendered: "),  # the sandbox
+    ]:
+        (kernel / "CARD.md").write_text(template)
+        result = publish_kernel(kernel, release_dir, hub, token)
+        assert result.returncode == ExitCode.CONFIG, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"error: {kernel / 'CARD.md'}{said}"), line
     assert hub.requests == []
 
 

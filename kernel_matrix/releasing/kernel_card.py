@@ -105,6 +105,8 @@ def render_card_template(config: BuildConfig, repo_id: str, kernel_dir: Path) ->
         raise ConfigError(f"{path}:{exc.lineno}: the card template does not parse: {exc.message}") from None
     except (TemplateError, OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: the card template cannot be rendered: {exc}") from None
+    except Exception as exc:  # the template's own expressions: {{ 1 / 0 }}, {{ "x" * 10**12 }}
+        raise ConfigError(f"{path}: the card template cannot be rendered: {type(exc).__name__}: {exc}") from None
 
 
 def _module_tree(path: Path) -> ast.Module | None:
