@@ -367,6 +367,22 @@ def test_files_without_edition_that_are_no_edition_4_are_refused_as_kernel_build
     assert message in str(raised.value)
 
 
+def test_the_edition_3_advice_names_every_key_update_build_refuses_first(tmp_path):
+    """update-build's edition-3 reader (kernels-data config/v3.rs) takes kernel-builder's names, a
+    license and its Backend values only: the advice names each it would refuse (a Triton kernel's
+    `backends = ["triton"]`, from a real repository), not a command that fails too."""
+    (tmp_path / "build.toml").write_text('[general]\nname = "flash_sinkhorn"\nbackends = ["triton"]\n')
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(tmp_path)
+    assert str(raised.value) == (
+        f"{tmp_path / 'build.toml'}:1:1: edition 3 (no `edition`, no general.version and no [torch] or "
+        "[torch-noarch] section): kernel-builder no longer builds this format; `kernel-builder update-build` "
+        "migrates it to edition 5 once general.name matches ^[a-z][-a-z0-9]*[a-z0-9]$ ('flash_sinkhorn' does not) "
+        "and general.license is set and general.backends names only cann, cpu, cuda, metal, neuron, rocm, tpu, "
+        "xpu ('triton' is none)"
+    )
+
+
 def test_edition_4_is_read_and_upgraded_in_memory(kernel_copy):
     _edit(kernel_copy, "edition = 5\n", "")
     _edit(kernel_copy, "[torch]\n", '[torch]\nstable-abi = "2.10"\n')

@@ -500,9 +500,12 @@ def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general
     ]
     # What update-build's edition-3 reader (kernels-data config/v3.rs) refuses before it migrates.
     name = general.get("name")
+    backends = general.get("backends")
+    unknown = [b for b in backends if b not in get_args(Backend)] if isinstance(backends, list) else []
     blockers = [
         *([f"general.name matches {_NAME_PATTERN} ({name!r} does not)"] if not _NAME.match(str(name)) else []),
         *(["general.license is set"] if "license" not in general else []),
+        *([f"general.backends names only {', '.join(get_args(Backend))} ({unknown[0]!r} is none)"] if unknown else []),
     ]
     advice = "migrate it with `kernel-builder update-build` (it writes edition 5)"
     if blockers:
