@@ -286,8 +286,13 @@ def test_a_card_template_that_does_not_render_is_one_line_before_any_request(rel
         ("# [card]\n\n{% if license %}\nno end\n", ":4: the card template does not parse: "),
         ("{{ version / 0 }}\n", ": the card template cannot be rendered: ZeroDivisionError: "),
         ("{{ ''.__class__.__mro__ }}\n", ": the card template cannot be rendered: "),  # the sandbox
+        (None, ": a link: the card template must be a file of the kernel"),  # it would publish a host file
     ]:
-        (kernel / "CARD.md").write_text(template)
+        (kernel / "CARD.md").unlink(missing_ok=True)
+        if template is None:
+            (kernel / "CARD.md").symlink_to("/etc/hostname")
+        else:
+            (kernel / "CARD.md").write_text(template)
         result = publish_kernel(kernel, release_dir, hub, token)
         assert result.returncode == ExitCode.CONFIG, result.stderr
         (line,) = result.stderr.strip().splitlines()

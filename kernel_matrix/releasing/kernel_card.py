@@ -22,7 +22,7 @@ def kernel_card(
     config: BuildConfig, repo_id: str, variants: dict[str, dict[str, Any]], kernel_dir: Path | None = None
 ) -> str:
     """variants: variant name -> its metadata.json. kernel_dir: where a CARD.md template may be."""
-    if kernel_dir is not None and (kernel_dir / CARD_TEMPLATE).is_file():
+    if kernel_dir is not None and ((kernel_dir / CARD_TEMPLATE).is_file() or (kernel_dir / CARD_TEMPLATE).is_symlink()):
         return render_card_template(config, repo_id, kernel_dir)
     general = config.general
     rows = []
@@ -86,6 +86,8 @@ def render_card_template(config: BuildConfig, repo_id: str, kernel_dir: Path) ->
     from jinja2.sandbox import SandboxedEnvironment
 
     path = kernel_dir / CARD_TEMPLATE
+    if path.is_symlink():  # the card is published: a link would carry a host file there
+        raise ConfigError(f"{path}: a link: the card template must be a file of the kernel")
     general = config.general
     module = general.python_name
     names = _all_names(kernel_dir, module)
@@ -110,6 +112,10 @@ def render_card_template(config: BuildConfig, repo_id: str, kernel_dir: Path) ->
 
 
 def _module_tree(path: Path) -> ast.Module | None:
+    """The module's syntax tree; None for a link (its names would go into the published card) or
+    a file that does not parse."""
+    if path.is_symlink():
+        return None
     try:
         return ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
