@@ -87,14 +87,22 @@ CASES = [
         'license = "Apache-2.0"\nupstream = "ssh://git@github.com:org/img2gray.git"',
         "upstream =",
         "'general.upstream' = 'ssh://git@github.com:org/img2gray.git': the kernels loader cannot read it: "
-        "invalid git URL `ssh://git@github.com:org/img2gray.git`",
+        "invalid git URL",
     ),
     (
         "a source with no host",
         'license = "Apache-2.0"',
         'license = "Apache-2.0"\nsource = "https://"',
         "source =",
-        "'general.source' = 'https://': the kernels loader cannot read it: invalid git URL `https://`",
+        "'general.source' = 'https://': the kernels loader cannot read it: invalid git URL",
+    ),
+    (
+        "an upstream with a line of its own",  # one line still: the value is shown escaped, and once
+        'license = "Apache-2.0"',
+        'license = "Apache-2.0"\nupstream = "ssh://git@h:org/r\\nerror: [bold]forged[/]"',
+        "upstream =",
+        "'general.upstream' = 'ssh://git@h:org/r\\nerror: [bold]forged[/]': the kernels loader cannot read it: "
+        "invalid git URL",
     ),
     (
         "a kernel dependency of a negative version",  # kernels-data: a usize

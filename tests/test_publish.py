@@ -248,6 +248,10 @@ def test_a_kernels_card_template_and_benchmarks_go_where_kernel_builder_uploads_
     kernel = tmp_path / "kernel"
     shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
     (kernel / "CARD.md").write_text(CARD_TEMPLATE)
+    toml = kernel / "build.toml"  # fill-card shows the URL as the loader reads it: scp-like as ssh://
+    toml.write_text(
+        toml.read_text().replace("[general.hub]\n", 'upstream = "git@github.com:org/img2gray.git"\n\n[general.hub]\n')
+    )
     layers = kernel / "torch-ext" / "img2gray" / "layers.py"
     layers.write_text("class Img2Gray:\n    pass\n\n\nclass Other:\n    pass\n")
     init = kernel / "torch-ext" / "img2gray" / "__init__.py"
@@ -262,7 +266,7 @@ def test_a_kernels_card_template_and_benchmarks_go_where_kernel_builder_uploads_
     assert hub.files(REPO_ID, "main")["README.md"].decode() == (
         "---\nlibrary_name: kernels\nlicense: apache-2.0\n---\n\n"
         f"Card of {REPO_ID}, version 1.\n- `img2gray`\nlayers: Img2Gray, Other\n"
-        f"Run `kernels benchmark {REPO_ID} --version 1`.\n"
+        f"Run `kernels benchmark {REPO_ID} --version 1`.\nUpstream: ssh://git@github.com/org/img2gray.git\n"
     )
     files = hub.files(REPO_ID, BRANCH)
     assert {p for p in files if p.startswith("benchmarks/")} == {
@@ -285,7 +289,8 @@ def test_a_card_template_that_does_not_render_is_one_line_before_any_request(rel
     for template, said in [
         ("# [card]\n\n{% if license %}\nno end\n", ":4: the card template does not parse: "),
         ("{{ version / 0 }}\n", ": the card template cannot be rendered: ZeroDivisionError: "),
-        ("{{ ''.__class__.__mro__ }}\n", ": the card template cannot be rendered: "),  # the sandbox
+        ("{{ ''.__class__.__mro__ }}\n", ": the card template cannot be rendered: SecurityError: "),  # sandbox
+        ('{{ "x".encode("a\\nerror: forged") }}\n', ": the card template cannot be rendered: LookupError: "),
         (None, ": a link: the card template must be a file of the kernel"),  # it would publish a host file
     ]:
         (kernel / "CARD.md").unlink(missing_ok=True)
@@ -447,3 +452,98 @@ def test_a_hub_branch_in_build_toml_is_where_the_release_goes(release_dir, hub, 
     assert any(p.startswith("build/") for p in hub.files(REPO_ID, "ep-support"))
     with pytest.raises(KeyError):  # no v1 branch was made
         hub.files(REPO_ID, BRANCH)
+
+
+class TreeApi:
+    """The two calls make_plan makes, answered from {revision: {path: content id}}."""
+
+    def __init__(self, trees, branches):
+        self.trees, self.branches = trees, branches
+
+    def list_repo_refs(self, *args, **kwargs):
+        refs = [type("Ref", (), {"name": b, "target_commit": b})() for b in self.branches]
+        return type("Refs", (), {"branches": refs})()
+
+    def list_repo_tree(self, repo_id, path_in_repo, revision, **kwargs):
+        from huggingface_hub.hf_api import RepoFile
+
+        tree = self.trees[revision]
+        return [RepoFile(path=p, size=1, oid=oid) for p, oid in tree.items() if p.startswith(f"{path_in_repo}/")]
+
+
+@pytest.mark.parametrize("new_branch", [True, False])
+def test_what_a_release_deletes_is_what_kernel_builders_upload_deletes(tmp_path, new_branch):
+    """upload.rs: a new branch keeps nothing it inherited from main under build/ and benchmarks/
+    (a kept variant's old files included: the version would load them); an existing branch loses
+    the stale files of its variants, not those of variants the release does not carry, and of
+    benchmarks/ only benchmark*.py."""
+    from kernel_matrix.releasing import publish as hub
+    from kernel_matrix.releasing.release import release_files
+
+    variant = tmp_path / "build" / "torch-cpu"
+    variant.mkdir(parents=True)
+    (variant / "_ops.py").write_text("ops\n")
+    files = release_files(tmp_path / "build", ["torch-cpu"])
+    tree = {
+        "build/torch-cpu/old.py": "1",
+        "build/torch-cuda/x.py": "2",
+        "build/torch-gone/x.py": "3",
+        "benchmarks/benchmark_old.py": "4",
+        "benchmarks/util.py": "5",
+    }
+    api = TreeApi({"main": tree} if new_branch else {"v1": tree}, [] if new_branch else ["v1"])
+    plan = hub.make_plan(api, "org/k", "v1", files, kept=["torch-cuda"])
+    kept = set() if new_branch else {"build/torch-cuda/x.py", "benchmarks/util.py"}
+    assert set(plan.deleted) == set(tree) - kept
+
+
+def test_file_names_that_are_not_utf8_never_reach_a_publish(tmp_path):
+    """A benchmark of such a name is passed over (upload.rs's to_str()); a variant's file is refused
+    in one line before any request: huggingface_hub fails on it half-way through a commit."""
+    import os
+
+    from kernel_matrix.errors import ConfigError
+    from kernel_matrix.releasing.release import benchmark_files, release_files
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "benchmark.py").write_text("b\n")
+    (tmp_path / "benchmarks" / os.fsdecode(b"benchmark_\xff.py")).write_text("b\n")
+    assert [f.path_in_repo for f in benchmark_files(tmp_path)] == ["benchmarks/benchmark.py"]
+    variant = tmp_path / "build" / "torch-cpu"
+    variant.mkdir(parents=True)
+    (variant / os.fsdecode(b"data_\xff.py")).write_text("x\n")
+    with pytest.raises(ConfigError, match=r"data_\\udcff\.py': a file name that is not UTF-8 cannot go to the Hub"):
+        release_files(tmp_path / "build", ["torch-cpu"])
+
+
+def test_a_card_template_reads_nothing_outside_the_kernel_and_ends_within_its_limits(tmp_path, monkeypatch):
+    """A linked package folder gives the card no names from where it points; a template that
+    would compute for ever (or fill the memory) stops at the renderer's limits, in one line."""
+    import shutil
+
+    from kernel_matrix.config.buildtoml import load_build_toml
+    from kernel_matrix.errors import ConfigError
+    from kernel_matrix.releasing import card_template
+
+    kernel = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("__pycache__"))
+    outside = tmp_path / "host" / "img2gray"
+    outside.mkdir(parents=True)
+    (outside / "__init__.py").write_text('__all__ = ["HOST_SECRET"]\n')
+    shutil.rmtree(kernel / "torch-ext" / "img2gray")
+    (kernel / "torch-ext" / "img2gray").symlink_to(outside)
+    config = load_build_toml(kernel)
+    (kernel / "CARD.md").write_text("{{ functions }} {{ has_benchmark }}")
+    assert card_template.render_card_template(config, "org/k", kernel) == "None False"
+
+    monkeypatch.setattr(card_template, "CPU_SECONDS", 1)
+    (kernel / "CARD.md").write_text("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}")
+    with pytest.raises(ConfigError) as stopped:
+        card_template.render_card_template(config, "org/k", kernel)
+    assert str(stopped.value) == (
+        f"{kernel / 'CARD.md'}: the card template cannot be rendered: it ran past its limits (1 s of CPU time "
+        "and 2 GiB of memory)"
+    )
+    (kernel / "CARD.md").write_text('{{ ("x" * 10**8) * 100 }}')  # 10 GB
+    with pytest.raises(ConfigError, match="it ran past its limits"):
+        card_template.render_card_template(config, "org/k", kernel)

@@ -84,20 +84,25 @@ def _git_url(url: str) -> str:
         host, colon, path = url.partition(":")
         if not (colon and _SCP_HOST.match(host) and path and not path.startswith("/")):
             raise ValueError("not a git URL: expected e.g. https://github.com/org/repo or git@github.com:org/repo.git")
-    _loader_reads_git_url(url)
+    loader_git_url(url)
     return url
 
 
-def _loader_reads_git_url(url: str) -> None:
-    """The loader's own parse of a metadata.json holding url as upstream."""
+def loader_git_url(url: str) -> str:
+    """url as the loader reads it from a metadata.json (kernels-data's GitUrl): normalized, as
+    kernel-builder's card shows it (an scp-like address as ssh://host/path); ValueError where
+    the loader refuses it."""
     from kernels._rust import Metadata
 
     probe = {"name": "probe", "version": 1, "id": "_probe", "license": "mit", "python-depends": []}
     try:
-        Metadata.from_bytes(json.dumps({**probe, "backend": {"type": "cpu"}, "upstream": url}).encode())
-    except ValueError as exc:  # "Cannot parse metadata: invalid git URL `...` at line 1 column 99"
+        metadata = Metadata.from_bytes(json.dumps({**probe, "backend": {"type": "cpu"}, "upstream": url}).encode())
+    except ValueError as exc:  # "Cannot parse metadata: invalid git URL `<url>` at line 1 column 99"
         reason = re.sub(r" at line \d+ column \d+$", "", str(exc).removeprefix("Cannot parse metadata: "))
+        # the URL, shown before this reason, is left out of it: once is enough, and it may hold a newline
+        reason = reason.replace(f" `{url}`", "").replace("\n", "\\n")
         raise ValueError(f"the kernels loader cannot read it: {reason}") from None
+    return metadata.upstream or url
 
 
 def _some_backend(backends: list[str]) -> list[str]:

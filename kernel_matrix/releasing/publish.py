@@ -123,17 +123,29 @@ def remote_files(api: HfApi, repo_id: str, revision: str, folder: str) -> dict[s
 
 def _stale(path: str, *, new_branch: bool, kept_prefixes: tuple[str, ...]) -> bool:
     """Whether a file of the branch that this release does not hold goes, as kernel-builder's
-    upload decides: under build/ all but the kept variants'; under benchmarks/ all of a new
-    branch's (inherited from main), else only benchmark*.py (upload.rs)."""
+    upload decides: everything a new branch inherited from main; on an existing branch, under
+    build/ all but the kept variants', under benchmarks/ only benchmark*.py (upload.rs)."""
+    if new_branch:
+        return True
     if path.startswith("build/"):
         return not path.startswith(kept_prefixes)
     name = path.rsplit("/", 1)[-1]
-    return new_branch or (name.startswith("benchmark") and name.endswith(".py"))
+    return name.startswith("benchmark") and name.endswith(".py")
 
 
-def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], kept: Collection[str] = ()) -> Plan:
-    """kept: variants whose files on the branch stay (this release does not carry them)."""
+def make_plan(
+    api: HfApi,
+    repo_id: str,
+    branch: str,
+    files: list[ReleaseFile],
+    kept: Collection[str] = (),
+    new_branch: bool | None = None,
+) -> Plan:
+    """kept: variants whose files on the branch stay (this release does not carry them).
+    new_branch: whether the release makes the branch (default: whether it is missing now); a
+    retry after the branch was made keeps the first answer, and so the same deletions."""
     head = branch_head(api, repo_id, branch)
+    new_branch = head is None if new_branch is None else new_branch
     # A new branch starts from main but inherits none of its build/ (or benchmarks/) files.
     remote = {
         **remote_files(api, repo_id, head or "main", "build"),
@@ -148,7 +160,7 @@ def make_plan(api: HfApi, repo_id: str, branch: str, files: list[ReleaseFile], k
         (plan.added if remote_id is None else plan.unchanged if same else plan.changed).append(file)
     kept_prefixes = tuple(f"build/{variant}/" for variant in kept)
     plan.deleted = sorted(
-        path for path in set(remote) - local_paths if _stale(path, new_branch=head is None, kept_prefixes=kept_prefixes)
+        path for path in set(remote) - local_paths if _stale(path, new_branch=new_branch, kept_prefixes=kept_prefixes)
     )
     return plan
 
@@ -193,9 +205,10 @@ def publish(
         # Plan and commit together, so that a retry after a lost response
         # re-reads the branch and finds the release already there.
         sent: list[Plan] = []  # plans whose commit request went out
+        new_branch = with_retries(lambda: branch_head(api, repo_id, branch), retry, log) is None
 
         def commit_release() -> tuple[Plan, str | None]:
-            plan = make_plan(api, repo_id, branch, files, kept)
+            plan = make_plan(api, repo_id, branch, files, kept, new_branch=new_branch)
             if not plan.has_changes:
                 # Nothing left to do: either nothing changed, or an earlier
                 # attempt's commit landed although its answer was lost.

@@ -81,19 +81,31 @@ def checked_metadata(variant_dir: Path, config: BuildConfig, *, manylinux: str |
     return checked
 
 
+def _release_file(path_in_repo: str, path: Path) -> ReleaseFile:
+    data = path.read_bytes()
+    return ReleaseFile(path_in_repo, path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest())
+
+
+def _utf8(name: str) -> bool:
+    """A name the Hub can hold: a file name that is not UTF-8 (Python's surrogate escapes)
+    cannot be sent, and would fail half-way through a publish."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
     files = []
     for variant in variants:
         root = build_dir / variant
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                data = path.read_bytes()
                 relative = path.relative_to(build_dir).as_posix()
-                files.append(
-                    ReleaseFile(
-                        f"build/{relative}", path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest()
-                    )
-                )
+                if not _utf8(relative):
+                    raise ConfigError(f"{ascii(str(path))}: a file name that is not UTF-8 cannot go to the Hub")
+                files.append(_release_file(f"build/{relative}", path))
     return files
 
 
@@ -104,16 +116,13 @@ def benchmark_files(kernel_dir: Path) -> list[ReleaseFile]:
     folder = kernel_dir / "benchmarks"
     if folder.is_symlink() or not folder.is_dir():
         return []
-    files = []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith("benchmark") and path.name.endswith(".py") and path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            files.append(
-                ReleaseFile(
-                    f"benchmarks/{path.name}", path, len(data), git_blob_oid(data), hashlib.sha256(data).hexdigest()
-                )
-            )
-    return files
+    return [
+        _release_file(f"benchmarks/{path.name}", path)
+        for path in sorted(folder.iterdir())
+        # a name that is not UTF-8 is passed over, as upload.rs passes over one to_str() refuses
+        if path.name.startswith("benchmark") and path.name.endswith(".py") and _utf8(path.name)
+        if path.is_file() and not path.is_symlink()
+    ]
 
 
 @dataclass(frozen=True)
