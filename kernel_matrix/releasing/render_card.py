@@ -29,7 +29,7 @@ def main() -> None:
         template = SandboxedEnvironment(trim_blocks=True).from_string(request["template"])
         card = template.render(**request["values"])
         if len(card.encode("utf-8")) > MAX_CARD_BYTES:
-            answer = {"error": f"it renders to more than {MAX_CARD_BYTES} bytes", "line": None}
+            answer = {"error": f"renders to more than {MAX_CARD_BYTES} bytes", "line": None}
         else:
             answer = {"card": card}
     except MemoryError:  # its limit (the CPU limit's is a signal the parent sees)
