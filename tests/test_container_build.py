@@ -17,6 +17,7 @@ from conftest import KERNEL_DIR, ONE_KERNEL_TEST, container_build_cli, kernel_ma
 from kernel_matrix.checking import abi
 from kernel_matrix.cli.render import summary_markdown
 from kernel_matrix.containers import container_build, images, pool
+from kernel_matrix.containers.cell import RUN_LABEL
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
 from kernel_matrix.planning.matrix import load_matrix, select
 
@@ -253,15 +254,22 @@ def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell
         # build under test gets the default, as in a terminal.
         preexec_fn=_default_sigint,
     )
+
+    def its_containers(**kwargs):
+        # This build's own (its run label begins with its PID): another test's build may
+        # run beside it on the same engine (pytest-xdist), and is none of this one's.
+        boxes = client.containers.list(filters={"label": "kernel-matrix"}, **kwargs)
+        return [box for box in boxes if box.labels.get(RUN_LABEL, "").startswith(f"{process.pid}-")]
+
     deadline = time.monotonic() + 300
-    while not client.containers.list(filters={"label": "kernel-matrix"}) and time.monotonic() < deadline:
+    while not its_containers() and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
     time.sleep(1)  # let the compile start inside
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode in (130, 128 + signum), stderr
-    assert client.containers.list(all=True, filters={"label": "kernel-matrix"}) == []
+    assert its_containers(all=True) == []
     assert not (tmp_path / local_cuda_cell.name).exists()
     assert [p.name for p in tmp_path.iterdir() if p.name not in ("logs", ".cache")] == []  # no variant, no staging
 
