@@ -583,11 +583,13 @@ def build_variant(
     jobs: int | None = None,
     cache: ObjectCache | None = None,
     progress: Progress | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> BuildResult:
     """Build plan's variant into out_dir/<variant>/, atomically.
 
     jobs: parallel compiles (default: from cores and memory); cache: where
-    compiled objects are looked up and stored (None: always compile)."""
+    compiled objects are looked up and stored (None: always compile); check: called
+    with the finished variant before it replaces the built one (a raise keeps the old)."""
     final = out_dir.resolve() / plan.variant.name
     general = plan.config.general
     parallel = plan_parallelism(1, max_jobs=str(jobs) if jobs else None)
@@ -648,6 +650,8 @@ def build_variant(
             toolchain=toolchain_record(plan)
             | {name: found.record() for name, found in plan_dependencies(plan).items()},
         )
+        if check is not None:
+            check(stage)
     return BuildResult(final, compiled=counts[False], cached=counts[True])
 
 
@@ -705,10 +709,16 @@ def kernel_depends(config: BuildConfig, backend: str) -> list[dict[str, Any]]:
 
 
 def build_noarch(
-    kernel_dir: Path, out_dir: Path, *, backends: list[str] | None = None, config: BuildConfig | None = None
+    kernel_dir: Path,
+    out_dir: Path,
+    *,
+    backends: list[str] | None = None,
+    config: BuildConfig | None = None,
+    check: Callable[[Path, str], None] | None = None,
 ) -> list[Path]:
     """A Python-only kernel ([torch-noarch]): one variant per backend, torch-<backend>/,
-    holding its package, _ops.py and metadata.json; nothing is compiled."""
+    holding its package, _ops.py and metadata.json; nothing is compiled. check: called
+    with each finished variant and its backend before it replaces the built one."""
     kernel_dir = kernel_dir.resolve()
     config = config or load_build_toml(kernel_dir)
     general, noarch = config.general, config.torch_noarch
@@ -751,5 +761,7 @@ def build_noarch(
                 upstream=general.upstream,
                 source=general.source,
             )
+            if check is not None:
+                check(stage, backend)
         made.append(out_dir.resolve() / f"torch-{backend}")
     return made

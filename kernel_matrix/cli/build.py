@@ -122,6 +122,20 @@ def build(
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
 
+def _load_check(stage: Path, name: str, python: str, backend: str) -> str | None:
+    """kernel-builder's get-kernel-check: the variant is loaded before it replaces the built
+    one (BuildError if it does not load); why it could not be loaded here, or None."""
+    from kernel_matrix.checking.load import load_check
+
+    return load_check(stage, name, python=python, backend=backend)
+
+
+def _say_not_loaded(names: list[str], why: str) -> None:
+    console.print(
+        f"note: {', '.join(names)}: not loaded after the build: {why}", markup=False, highlight=False, soft_wrap=True
+    )
+
+
 def build_native(
     kernel: Kernel,
     where: BuildDir,
@@ -136,11 +150,30 @@ def build_native(
     `expected` asks for: refused before anything is written if it would be another)."""
     from kernel_matrix.building.compile import Progress
     from kernel_matrix.building.native_build import build_noarch, build_variant, plan_build, write_build_stats
-    from kernel_matrix.config.buildtoml import edition_4_note, skipped_note
+    from kernel_matrix.building.source_checks import check_sources
+    from kernel_matrix.config.buildtoml import edition_4_note, no_section_note, skipped_note
 
+    check_sources(kernel.dir, kernel.config)
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
-        for made in build_noarch(kernel.dir, where.path, backends=[backend] if backend else None, config=kernel.config):
+
+        not_loaded: dict[str, list[str]] = {}  # why -> variants: one line for the backends this torch does not load
+
+        def load_noarch(stage: Path, noarch_backend: str) -> None:
+            name = f"torch-{noarch_backend}"
+            if why := _load_check(stage, name, python or sys.executable, noarch_backend):
+                not_loaded.setdefault(why, []).append(name)
+
+        made_list = build_noarch(
+            kernel.dir,
+            where.path,
+            backends=[backend] if backend else None,
+            config=kernel.config,
+            check=None if expected is not None else load_noarch,
+        )
+        for why, names in not_loaded.items():
+            _say_not_loaded(names, why)
+        for made in made_list:
             console.print(styled((made.name, "bold"), f": {made}"))
         return
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
@@ -148,7 +181,7 @@ def build_native(
         nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
         expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
-    notes = [skipped_note(kernel.dir, plan.config)]
+    notes = [skipped_note(kernel.dir, plan.config), no_section_note(kernel.dir, plan.config, plan.backend)]
     if expected is None:  # not in a cell's container: `matrix` said it for the cells
         notes.append(edition_4_note(kernel.dir, plan.config))
     for note in notes:
@@ -187,7 +220,14 @@ def build_native(
             slowest_text = f", slowest {slowest[1]} ({slowest[0]:.0f}s)" if slowest else ""
             status.update(styled(f"building {plan.variant.name}: {count} done{slowest_text}"))
 
-        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache, progress=progress)
+        def load(stage: Path) -> None:
+            status.update(styled(f"loading {plan.variant.name} with kernels.get_local_kernel"))
+            if why := _load_check(stage, plan.variant.name, plan.torch.python, plan.backend):
+                _say_not_loaded([plan.variant.name], why)
+
+        # In a cell's container the workflow's test jobs load it (load.py says why).
+        check = None if expected is not None else load
+        result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache, progress=progress, check=check)
     seconds = time.monotonic() - started
     write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
     rows = [

@@ -346,6 +346,19 @@ def skipped_note(kernel_dir: Path, config: BuildConfig) -> str | None:
     return f"{located(kernel_dir, 'kernel', skipped[0])}: note: {sections} skipped: kernel-matrix builds {built}"
 
 
+def no_section_note(kernel_dir: Path, config: BuildConfig, backend: str) -> str | None:
+    """A line for a [torch] kernel built for a backend that general.backends lists but no
+    [kernel.*] section is for: only torch-ext's sources compile into its library, as in
+    kernel-builder's build of it, and the binding's references to the other backends'
+    code are then undefined (the load after the build says so)."""
+    if config.noarch or config.kernels_for(backend):
+        return None
+    return (
+        f'{located(kernel_dir, "general", "backends")}: note: no [kernel.*] section has backend = "{backend}": '
+        f"the {backend} variant compiles only [torch] src (the binding)"
+    )
+
+
 def load_build_toml(kernel_dir: Path) -> BuildConfig:
     """Parse kernel_dir/build.toml. Its problems are one ConfigError, a
     `file:line:col: message` line each: all of them, except where the file

@@ -15,6 +15,7 @@ from pathlib import Path
 import docker
 
 from kernel_matrix.building.native_build import build_noarch
+from kernel_matrix.building.source_checks import check_sources
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.pool import CellResult, build_cells
@@ -112,6 +113,7 @@ def _build_noarch_cells(item: KernelCells) -> list[CellResult]:
     started = time.monotonic()
     try:
         backends = [c.variant.backend for c in item.cells]
+        check_sources(item.kernel.dir, item.kernel.config)
         made = build_noarch(item.kernel.dir, item.build_dir.path, backends=backends, config=item.kernel.config)
     except KernelMatrixError as exc:
         seconds, code = time.monotonic() - started, exc.exit_code
