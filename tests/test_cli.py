@@ -1,7 +1,9 @@
 """The command line: help everywhere, distinct exit codes, one-line errors."""
 
+import os
+
 import pytest
-from conftest import REPO, img2gray_as, kernel_matrix
+from conftest import KERNEL_DIR, REPO, img2gray_as, kernel_matrix
 
 from kernel_matrix.errors import ExitCode
 
@@ -117,6 +119,67 @@ def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(
     assert result.stderr.strip() == (
         f"skipped {variant.name}: gray has no tests/: nothing to run; {kernel / 'test'} is there, not read"
     )
+
+
+def test_test_names_the_built_variants_where_this_hosts_is_not_built(tmp_path):
+    """`test` with no VARIANT tests the variant `build` makes here; where only another is built
+    (`build --backend cpu` on a CUDA host), the line names it and how to test it, not only
+    "run kernel-matrix build first"."""
+    from conftest import noarch_kernel
+
+    kernel = noarch_kernel(tmp_path, "silu", '["cpu", "cuda"]')
+    build = tmp_path / "build"
+    (build / "torch-cpu").mkdir(parents=True)
+    (build / "torch-cpu" / "metadata.json").write_text('{"id": "silu_0"}')
+    options = ("--kernel-dir", str(kernel), "--build-dir", str(build))
+    result = kernel_matrix("test", *options, "--backend", "cuda")
+    assert result.returncode == ExitCode.CONFIG
+    assert result.stderr.strip().splitlines() == [
+        f"error: torch-cuda: this host's variant is not built (no {build / 'torch-cuda' / 'metadata.json'}); "
+        f"{build} holds torch-cpu: test it with `kernel-matrix test torch-cpu` or `--backend cpu`, "
+        "or build torch-cuda first"
+    ]
+    # Several built: all named; nothing built at all: as before, build first.
+    (build / "torch-xpu").mkdir()
+    (build / "torch-xpu" / "metadata.json").write_text('{"id": "silu_0"}')
+    result = kernel_matrix("test", *options, "--backend", "cuda")
+    assert result.returncode == ExitCode.CONFIG
+    assert f"{build} holds torch-cpu, torch-xpu: test one with `kernel-matrix test VARIANT` or `--backend cpu`" in (
+        result.stderr
+    )
+    result = kernel_matrix(
+        "test", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "none"), "--backend", "cpu"
+    )
+    assert result.returncode == ExitCode.CONFIG
+    assert "run `kernel-matrix build` first" in result.stderr and result.stderr.count("\n") == 1
+
+
+def _cuda_is_this_hosts_variant() -> bool:
+    import shutil
+
+    import torch
+
+    return torch.version.cuda is not None and bool(shutil.which("nvcc") or os.environ.get("CUDA_HOME"))
+
+
+@pytest.mark.skipif(
+    not _cuda_is_this_hosts_variant(), reason="this host's variant is the CPU one (no CUDA torch or nvcc)"
+)
+def test_test_on_a_cuda_host_with_only_the_cpu_variant_built_says_so(tmp_path):
+    """The tester's case: `build --backend cpu` on a host whose torch has CUDA, then `test`."""
+    from kernel_matrix.building.native_build import plan_build
+
+    cpu = plan_build(KERNEL_DIR, backend="cpu").variant.name
+    cuda = plan_build(KERNEL_DIR).variant.name
+    build = tmp_path / "build"
+    (build / cpu).mkdir(parents=True)
+    (build / cpu / "metadata.json").write_text('{"id": "_img2gray_cpu_0"}')
+    result = kernel_matrix("test", "--build-dir", str(build))
+    assert result.returncode == ExitCode.CONFIG
+    assert result.stderr.strip().splitlines() == [
+        f"error: {cuda}: this host's variant is not built (no {build / cuda / 'metadata.json'}); {build} holds {cpu}: "
+        f"test it with `kernel-matrix test {cpu}` or `--backend cpu`, or build {cuda} first"
+    ]
 
 
 def test_help_prints_bracketed_text_as_written():

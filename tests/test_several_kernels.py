@@ -133,6 +133,75 @@ def test_a_kernel_only_for_backends_kernel_matrix_cannot_build_is_named_in_one_l
     assert f"{toml}: general.backends ['rocm']: kernel-matrix builds cpu and cuda kernels" in result.stderr
 
 
+def fake_variant(folder, name="torch214-cxx11-cpu-x86_64-linux"):
+    """A built variant folder as check-abi finds it (metadata.json, no library): a Python-only
+    torch-<backend> one passes, a compiled one is refused for having no .so."""
+    (folder / name).mkdir(parents=True)
+    (folder / name / "metadata.json").write_text('{"name": "x", "version": 1}')
+    return folder / name
+
+
+def test_check_abi_takes_kernel_and_finds_the_variant_in_the_kernels_build_folder(project):
+    """check-abi VARIANT --kernel NAME looks in build/<kernel>/<variant>, where build puts a matrix of several
+    kernels' variants (it had no --kernel and looked in build/<variant> only)."""
+    build = project / "build"
+    fake_variant(build / "pure", "torch-cpu")
+    compiled = fake_variant(build / "gray-cpu")
+    common = ("-f", str(project / "build_matrix.yaml"), "--build-dir", str(build))
+    result = kernel_matrix("check-abi", "torch-cpu", "--kernel", "pure", *common, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "passed torch-cpu: Python only, no library to check"
+    # The compiled kernel's folder is the one checked: its variant there has no library.
+    result = kernel_matrix("check-abi", compiled.name, "--kernel", "gray-cpu", *common, cwd=project)
+    assert result.returncode == ExitCode.CONFIG
+    assert result.stderr == f"error: {compiled}: no .so to check\n"
+    # A kernel of the matrix that has not built it: the line names where it looked.
+    result = kernel_matrix("check-abi", "torch-cpu", "--kernel", "gray-cpu", *common, cwd=project)
+    assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
+    assert f"torch-cpu: not a built variant (no {build / 'gray-cpu' / 'torch-cpu' / 'metadata.json'})" in result.stderr
+    result = kernel_matrix("check-abi", "torch-cpu", "--kernel", "pur", *common, cwd=project)
+    assert (
+        result.returncode == ExitCode.CONFIG
+        and "--kernel pur" in result.stderr
+        and "did you mean pure?" in result.stderr
+    )
+    # --build-dir build/<kernel> names the folder itself, as before; so does a variant's path.
+    result = kernel_matrix("check-abi", "torch-cpu", "-f", common[1], "--build-dir", str(build / "pure"), cwd=project)
+    assert result.returncode == 0, result.stderr
+    result = kernel_matrix("check-abi", str(build / "pure" / "torch-cpu"), cwd=project)
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_abi_without_kernel_checks_the_variant_of_every_kernel_that_built_it(project):
+    from conftest import noarch_kernel
+
+    noarch_kernel(project, "silu", '["cpu"]')
+    file = write_matrix(project, [str(KERNEL_DIR), "gray-cpu", "pure", "silu"])
+    build = project / "build"
+    fake_variant(build / "pure", "torch-cpu")
+    fake_variant(build / "silu", "torch-cpu")
+    # As typed in the repository: its build_matrix.yaml, its build/.
+    common = ("--build-dir", str(build))
+    result = kernel_matrix("check-abi", "torch-cpu", *common, cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "note torch-cpu: not built for img2gray, gray-cpu: not checked"
+    assert [line for line in lines if line.startswith(("==", "passed"))] == [
+        "== pure (pure)",
+        "passed torch-cpu: Python only, no library to check",
+        "== silu (silu)",
+        "passed torch-cpu: Python only, no library to check",
+    ]
+    # Built for none of them: one line saying where it looked and what to give.
+    result = kernel_matrix("check-abi", "torch-xpu", *common, cwd=project)
+    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.stderr == (
+        f"error: torch-xpu: not a built variant of any kernel of {file.name} "
+        f"(no {build}/<kernel>/torch-xpu/metadata.json for img2gray, gray-cpu, pure, silu); "
+        "run `kernel-matrix build` first, or give --kernel NAME or a variant directory\n"
+    )
+
+
 @pytest.mark.build
 def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
     """build/<kernel>/<variant> for each kernel; their own tests; clean keeps them; each to its own Hub repo."""

@@ -3,6 +3,7 @@ kernel's own tests, the ABI rules, a rebuild's digests)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -22,8 +23,8 @@ from kernel_matrix.cli.options import (
     Python,
     selection_of,
 )
-from kernel_matrix.errors import AbiError, ConfigError
-from kernel_matrix.layout import BuildDir
+from kernel_matrix.errors import AbiError, ConfigError, KernelMatrixError
+from kernel_matrix.layout import METADATA, BuildDir
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -52,6 +53,7 @@ def test(
     from kernel_matrix.checking.testing import (
         built_alongside,
         hub_repo_id,
+        resolve_host_variant,
         resolve_variant_dir,
         run_installed_tests,
         run_kernel_tests,
@@ -75,17 +77,12 @@ def test(
         return
 
     def test_one(chosen: Kernel, subfolder: str | None) -> None:
-        name = variant
-        if name is None:
-            from kernel_matrix.building.native_build import plan_build
-            from kernel_matrix.planning.toolchain import probe_torch
-
-            if chosen.config.noarch:
-                cuda_torch = probe_torch(python).cuda is not None
-                name = f"torch-{backend or _noarch_backend(chosen.config.general.backends, cuda_torch)}"
-            else:
-                name = plan_build(chosen.dir, python=python, backend=backend, config=chosen.config).variant.name
-        variant_dir = resolve_variant_dir(name, BuildDir(build_dir, subfolder).path)
+        folder = BuildDir(build_dir, subfolder).path
+        if variant is None:
+            name, alternatives = _host_variants(chosen, python=python, backend=backend)
+            variant_dir = resolve_host_variant(name, folder, alternatives)
+        else:
+            variant_dir = resolve_variant_dir(variant, folder)
         # Every kernel of the matrix, not only the ones picked: a kernel's tests may load
         # another of them (symbol-conflicts2's load symbol-conflicts).
         matrix = kernels if kernel_dir is not None or not kernel else selection_of(file).kernel_folders()
@@ -106,6 +103,28 @@ def test(
     each_kernel(kernels, test_one)
 
 
+def _host_variants(chosen: Kernel, *, python: str | None, backend: str | None) -> tuple[str, dict[str, str]]:
+    """The variant of the kernel that `build` makes here (backend: --backend, else this host's
+    default), and the variants its other backends make here, {backend: name}: what to offer
+    where that one is not built (`build --backend cpu` on a host with a CUDA torch)."""
+    from kernel_matrix.building.native_build import plan
+    from kernel_matrix.planning.toolchain import Toolchain, probe_torch
+
+    backends = chosen.config.general.backends
+    if chosen.config.noarch:
+        picked = backend or _noarch_backend(backends, probe_torch(python).cuda is not None)
+        return f"torch-{picked}", {b: f"torch-{b}" for b in backends if b != picked}
+    toolchain = Toolchain.probe(python)
+    own = plan(chosen.dir, chosen.config, toolchain, backend=backend).variant
+    others: dict[str, str] = {}
+    for other in ("cpu", "cuda"):
+        if other != own.backend and other in backends:
+            # Not one this host makes (no nvcc, a CPU torch): nothing to offer.
+            with contextlib.suppress(KernelMatrixError):
+                others[other] = plan(chosen.dir, chosen.config, toolchain, backend=other).variant.name
+    return own.name, others
+
+
 def _noarch_backend(backends: Sequence[str], cuda_torch: bool) -> str:
     """Which of a Python-only kernel's variants (one per declared backend, as `build` makes
     them) this host's torch tests: its own backend's where declared, else torch-cpu, else
@@ -115,19 +134,66 @@ def _noarch_backend(backends: Sequence[str], cuda_torch: bool) -> str:
 
 
 def check_abi(
-    variant: Annotated[str, typer.Argument(help="A variant directory, or a variant name under --build-dir.")],
+    variant: Annotated[
+        str,
+        typer.Argument(
+            help="A variant directory, or a variant name under --build-dir (under each kernel's folder of it "
+            "for a matrix of several kernels)."
+        ),
+    ],
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
     build_dir: BuildDirOption = Path("build"),
     python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = PYTHON_ABI,
     manylinux: Annotated[
         str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
     ] = MANYLINUX,
 ) -> None:
-    """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions."""
-    from kernel_matrix.checking.abi import abi_reports, hint
+    """Check a variant's libraries with kernel-abi-check: abi3 and manylinux symbol versions.
+
+    In a matrix of several kernels a variant name is looked up in each kernel's folder of
+    --build-dir (<build-dir>/<kernel>/<variant>): --kernel picks kernels; without it every
+    kernel that has that variant built is checked."""
     from kernel_matrix.checking.testing import resolve_variant_dir
+
+    def check(variant_dir: Path) -> None:
+        _check_abi(variant_dir, python_abi=python_abi, manylinux=manylinux)
+
+    picked = kernel is not None or kernel_dir is not None
+    selection = selection_of(file, kernel=kernel, kernel_dir=kernel_dir)
+    kernels = selection.kernel_folders() if picked else []  # a --kernel the matrix lacks: refused first
+    # A variant directory, or a name under --build-dir itself (a matrix of one kernel, a --kernel-dir
+    # build, --build-dir build/<kernel>, or no matrix here): checked as it is, no matrix read.
+    if Path(variant).is_dir() or (not picked and (selection.uses_default or BuildDir(build_dir).is_built(variant))):
+        check(resolve_variant_dir(variant, build_dir))
+        return
+    kernels = kernels or selection.kernel_folders()
+    if picked or len(kernels) == 1:
+        each_kernel(kernels, lambda _, folder: check(resolve_variant_dir(variant, BuildDir(build_dir, folder).path)))
+        return
+    # Several kernels and none picked: that variant of every kernel that has it built.
+    built = {k.name for k, folder in kernels if BuildDir(build_dir, folder).is_built(variant)}
+    if not built:
+        raise ConfigError(
+            f"{variant}: not a built variant of any kernel of {file} (no {build_dir}/<kernel>/{variant}/{METADATA} "
+            f"for {', '.join(k.name for k, _ in kernels)}); run `kernel-matrix build` first, "
+            "or give --kernel NAME or a variant directory"
+        )
+    if missing := [k.name for k, _ in kernels if k.name not in built]:
+        note = f" {variant}: not built for {', '.join(missing)}: not checked"
+        console.print(styled(("note", "yellow"), note), soft_wrap=True)
+    each_kernel(
+        [(k, folder) for k, folder in kernels if k.name in built],
+        lambda _, folder: check(resolve_variant_dir(variant, BuildDir(build_dir, folder).path)),
+    )
+
+
+def _check_abi(variant_dir: Path, *, python_abi: str, manylinux: str) -> None:
+    """check-abi of one variant folder (found and shown to be built)."""
+    from kernel_matrix.checking.abi import abi_reports, hint
     from kernel_matrix.planning.variants import NOARCH_VARIANT
 
-    variant_dir = resolve_variant_dir(variant, build_dir)
     if NOARCH_VARIANT.match(variant_dir.name) and not any(variant_dir.glob("*.so")):
         # kernel-builder checks compiled variants only: a Python-only one has nothing to check.
         line = styled(("passed", "green"), f" {variant_dir.name}: Python only, no library to check")
