@@ -150,6 +150,29 @@ def test_init_limits_torch_to_the_build_toml_range(relu):
     assert list(yaml.safe_load((relu / "build_matrix.yaml").read_text())["torch"]) == ["2.12", "2.13"]
 
 
+def test_init_names_a_flakes_torch_versions_limit_which_it_does_not_read(tmp_path):
+    # quantization-gptq's flake keeps x86_64 only (its build.toml compiles with -mavx512f).
+    kernel = img2gray_as(tmp_path, "gptq-like")
+    (kernel / "flake.nix").write_text(
+        "{\n  outputs = { self, kernel-builder }:\n    kernel-builder.lib.genKernelFlakeOutputs {\n"
+        "      torchVersions = allVersions: allVersions;\n    };\n}\n"
+    )
+    result = init(cwd=kernel)
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "torchVersions" in line]
+    assert notes == [
+        f"note: {Path('.') / 'flake.nix'}:4: torchVersions narrows kernel-builder's builds of this kernel; "
+        "kernel-matrix reads build.toml only: say the same in build_matrix.yaml's `exclude` (e.g. `- arch: "
+        "aarch64`; it drops those cells for every kernel of the matrix)"
+    ]
+    (kernel / "build_matrix.yaml").unlink()
+    shutil.rmtree(kernel / ".github")
+    (kernel / "flake.nix").write_text(
+        "{ outputs = { self, kernel-builder }: kernel-builder.lib.genKernelFlakeOutputs { path = ./.; }; }\n"
+    )
+    assert "torchVersions" not in init(cwd=kernel).stderr
+
+
 @needs_corpus
 def test_init_refuses_a_range_outside_the_grid(relu):
     toml = relu / "build.toml"

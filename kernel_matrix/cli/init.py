@@ -89,6 +89,9 @@ def init(
     kernels, left_out = find_kernels(directory)
     for folder, reason in left_out:  # a repository's other kernels still get their CI
         console.print(f"note: {folder}: left out of {MATRIX}: {reason}", soft_wrap=True)
+    for folder, _ in kernels:
+        if note := flake_note(directory / folder):
+            console.print(note, soft_wrap=True)
     texts = {
         targets[0]: matrix_text(kernels),
         targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None),
@@ -113,6 +116,25 @@ def init(
         if note := batching(len(resolved.cells), jobs):
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
     _next_steps(directory, repository, ref, [name for name, _ in kernels])
+
+
+def flake_note(kernel_dir: Path) -> str | None:
+    """A line where the kernel's flake.nix narrows its builds (genKernelFlakeOutputs'
+    torchVersions: fewer torch versions, systems or CUDA versions than build.toml allows,
+    e.g. x86_64 only for a kernel built with -mavx512f). kernel-matrix reads build.toml,
+    not Nix: the matrix's `exclude` says the same."""
+    flake = kernel_dir / "flake.nix"
+    try:
+        text = flake.read_text(encoding="utf-8", errors="replace") if flake.is_file() else ""
+    except OSError:
+        return None
+    line = next((n for n, row in enumerate(text.splitlines(), 1) if "torchVersions" in row), None)
+    if line is None:
+        return None
+    return (
+        f"note: {flake}:{line}: torchVersions narrows kernel-builder's builds of this kernel; kernel-matrix "
+        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- arch: aarch64`; it drops those cells for every kernel of the matrix)"
+    )
 
 
 def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str) -> str | None:
