@@ -133,7 +133,8 @@ def flake_note(kernel_dir: Path) -> str | None:
         return None
     return (
         f"note: {flake}:{line}: torchVersions narrows kernel-builder's builds of this kernel; kernel-matrix "
-        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- arch: aarch64`; it drops those cells for every kernel of the matrix)"
+        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- arch: aarch64`; "
+        "it drops those cells for every kernel of the matrix)"
     )
 
 
