@@ -1269,7 +1269,7 @@ cuda = types.SimpleNamespace(
 
 
 def run_test_variant(
-    tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool, batch: tuple[dict, ...] = ()
+    tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool, batch: tuple[dict, ...] = (), metadata: str = "{}"
 ) -> tuple[int, list[str], str]:
     """Run the packaged test-variant, as `kernel-matrix test-variant` does, in a kernel's repository holding a
     built cell (and the batch's others, tested together as CELL,OTHER,...), with the stand-ins; return its
@@ -1277,7 +1277,7 @@ def run_test_variant(
     repo = tmp_path / "repo"
     for built in (cell, *batch):
         (repo / "build" / built["variant"]).mkdir(parents=True)
-        (repo / "build" / built["variant"] / "metadata.json").write_text("{}")
+        (repo / "build" / built["variant"] / "metadata.json").write_text(metadata)
     venv = tmp_path / "venv"
     for name, body in (("python", FAKE_PYTHON), ("kernel-matrix", FAKE_KERNEL_MATRIX)):
         (venv / "bin").mkdir(parents=True, exist_ok=True)
@@ -1365,6 +1365,34 @@ def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_pat
     # The same CPU variant with a CPU build of torch passes.
     code, _, stderr = run_test_variant(tmp_path / "again", cpu, torch_cuda=None, gpu=False, batch=())
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize(
+    ("depends", "installed", "error"),
+    [
+        # the loader's table: a general name, and the CUDA backend's own
+        (["einops", "nvidia-cutlass-dsl"], "einops nvidia-cutlass-dsl", None),
+        ([], None, None),
+        # a name the loader does not know is never turned into a package to install
+        (["requests"], None, 'python-depends "requests" is not a dependency the kernels loader knows'),
+        # nor is another backend's
+        (["onednn"], None, 'python-depends "onednn" is not a dependency the kernels loader knows for backend "cuda"'),
+    ],
+)
+def test_test_variant_installs_the_variants_python_depends_the_loader_knows(tmp_path, depends, installed, error):
+    cell = a_cell("cuda")
+    metadata = json.dumps({"backend": {"type": "cuda"}, "python-depends": depends})
+    code, log, stderr = run_test_variant(
+        tmp_path, cell, "--cpu-only", torch_cuda=cell["cuda"], gpu=False, metadata=metadata
+    )
+    extra = [line for line in log if line.startswith("pip ") and ("einops" in line or "cutlass" in line)]
+    tests = [line for line in log if line.startswith("kernel-matrix test")]
+    if error:
+        assert code == 2 and error in stderr and tests == [] and extra == [], stderr
+    else:
+        assert code == 0, stderr
+        assert extra == ([f"pip install --quiet --disable-pip-version-check {installed}"] if installed else [])
+        assert len(tests) == 1
 
 
 @pytest.mark.parametrize("variants", ["a,", ",a", "a,,b"])

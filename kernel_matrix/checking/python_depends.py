@@ -1,0 +1,71 @@
+"""The pip packages a built variant's python-depends name, by the `kernels` loader's own
+table (kernels' python_depends.json, kernels-data's list of the dependencies kernel-builder
+knows): the loader refuses a variant whose packages are not installed, so the test
+workflow's environment installs them first, as kernel-builder's test shell has them.
+
+    python -m kernel_matrix.checking.python_depends VARIANT_DIR   # one requirement a line
+
+Only names in that table map to a package, so a pull request's metadata.json cannot
+make the test job install a package of its choosing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kernel_matrix.errors import ConfigError
+from kernel_matrix.layout import METADATA
+
+
+def dependency_table() -> dict[str, Any]:
+    """The installed loader's table: {"general": {name: info}, "backends": {backend: {name: info}}}."""
+    table: dict[str, Any] = json.loads(resources.files("kernels").joinpath("python_depends.json").read_text())
+    return table
+
+
+def requirements(variant_dir: Path, table: dict[str, Any] | None = None) -> list[str]:
+    """The pip packages of the variant's python-depends (the general table, then its
+    backend's, as the loader looks them up), in order, each once."""
+    path = variant_dir / METADATA
+    try:
+        metadata = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+    depends = metadata.get("python-depends") if isinstance(metadata, dict) else None
+    if not depends:
+        return []
+    backend = metadata.get("backend")
+    backend_type = backend.get("type") if isinstance(backend, dict) else None
+    table = dependency_table() if table is None else table
+    own = table.get("backends", {}).get(backend_type, {})
+    packages: list[str] = []
+    for name in depends:
+        info = table.get("general", {}).get(name) if isinstance(name, str) else None
+        info = info or (own.get(name) if isinstance(name, str) else None)
+        if info is None:
+            raise ConfigError(
+                f"{path}: python-depends {json.dumps(name)[:80]} is not a dependency the kernels loader knows "
+                f"for backend {json.dumps(backend_type)}"
+            )
+        packages += [p["pkg"] for p in info.get("python", []) if p.get("pkg") not in packages]
+    return packages
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m kernel_matrix.checking.python_depends VARIANT_DIR", file=sys.stderr)
+        return 2
+    try:
+        for package in requirements(Path(argv[0])):
+            print(package)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
