@@ -2,13 +2,17 @@
 the build (get-kernel-check), the package layout (kernel-layout-check) and the op
 namespace of torch.library registrations (torch-ops-check)."""
 
+import os
 import shutil
+import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 from conftest import kernel_matrix, noarch_kernel
 
-from kernel_matrix.building.source_checks import check_op_registrations
+from kernel_matrix.building.source_checks import check_layout, check_op_registrations
 from kernel_matrix.errors import ConfigError
 
 
@@ -33,7 +37,7 @@ def test_a_variant_that_does_not_load_fails_the_build_and_keeps_the_built_one(bu
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {previous.name}: built, but kernels.get_local_kernel does not load it"), last
     assert "undefined symbol" in last and "img2gray_cpu" in last
-    assert "/tmp" not in last.split("ImportError: ")[1]  # the loader's temporary link is not shown
+    assert "/tmp" not in last.split("ImportError: ")[1].split(" (full output")[0]  # not the loader's temporary link
     assert "Traceback" not in result.stderr
     assert _snapshot(build_dir / previous.name) == before
 
@@ -45,9 +49,88 @@ def test_a_python_only_variant_whose_package_raises_on_import_is_not_written(tmp
     assert result.returncode == 5, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "error: torch-cpu: built, but kernels.get_local_kernel does not load it (kernel-builder's "
-        "get-kernel-check fails such a build): RuntimeError: the kernel is broken"
+        "get-kernel-check fails such a build): RuntimeError: the kernel is broken (full output: "
+        f"{tmp_path / 'out' / 'logs' / 'torch-cpu.load.log'})"
     )
     assert not (tmp_path / "out" / "torch-cpu").exists()
+
+
+def test_the_kernels_code_gets_no_token_and_its_control_characters_are_escaped(tmp_path):
+    kernel = noarch_kernel(tmp_path, "leak", '["cpu"]')
+    (kernel / "torch-ext" / "leak" / "__init__.py").write_text(
+        "import os\nfrom huggingface_hub import get_token\n"
+        'raise RuntimeError(f\'\\x1b[2Jtoken={os.environ.get("HF_TOKEN")} file={get_token()} '
+        'other={os.environ.get("AWS_SECRET_ACCESS_KEY")}\')\n'
+    )
+    hf_home = tmp_path / "hf-home"
+    hf_home.mkdir()
+    (hf_home / "token").write_text("hf_from_the_token_file")
+    env = {**os.environ, "HF_TOKEN": "hf_from_the_environment", "HF_HOME": str(hf_home), "AWS_SECRET_ACCESS_KEY": "s3"}
+    result = kernel_matrix("build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "out"), env=env)
+    assert result.returncode == 5, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "RuntimeError: \\x1b[2Jtoken=None file=None other=None (full output: " in last, last
+    assert "\x1b" not in result.stderr and "hf_from" not in result.stdout + result.stderr
+    log = tmp_path / "out" / "logs" / "torch-cpu.load.log"
+    assert last.endswith(f"(full output: {log})") and "RuntimeError" in log.read_text()
+
+
+@pytest.mark.build  # it builds (nothing compiled): the fast loop's rule
+def test_what_the_kernels_import_starts_ends_with_the_check(tmp_path):
+    kernel = noarch_kernel(tmp_path, "spawn", '["cpu"]')
+    pid_file = tmp_path / "pid"
+    (kernel / "torch-ext" / "spawn" / "__init__.py").write_text(
+        "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+    )
+    started = time.monotonic()
+    kernel_matrix("build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "out"), check=True)
+    assert time.monotonic() - started < 120  # not the sleep's 600 s: its output pipe is not waited for
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.build  # it builds (nothing compiled): the fast loop's rule
+@pytest.mark.parametrize("how", ["--no-load-check", "flake.nix"])
+def test_the_load_check_is_off_with_the_option_or_the_kernels_flake(tmp_path, how):
+    # mamba-ssm's flake says doGetKernelCheck = false: its package imports what its python-depends lack.
+    kernel = noarch_kernel(tmp_path, "unchecked", '["cpu"]')
+    (kernel / "torch-ext" / "unchecked" / "__init__.py").write_text("import transformers_that_is_not_here\n")
+    options = []
+    if how == "flake.nix":
+        (kernel / "flake.nix").write_text("{\n  outputs = x: y {\n    doGetKernelCheck = false;\n  };\n}\n")
+    else:
+        options = ["--no-load-check"]
+    result = kernel_matrix("build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "out"), *options)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "torch-cpu" / "metadata.json").is_file()
+    said = f"{kernel / 'flake.nix'}:3: note: doGetKernelCheck = false: the variant is not loaded after the build"
+    assert (said in result.stderr) is (how == "flake.nix")
+
+
+@pytest.mark.build  # it builds (nothing compiled): the fast loop's rule
+def test_a_python_without_torch_or_kernels_builds_and_says_it_did_not_load(tmp_path):
+    # kernel-matrix installed without torch (pipx): a Python-only kernel still builds.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages, so no torch
+    bare.chmod(0o755)
+    kernel = noarch_kernel(tmp_path, "plain", '["cpu"]')
+    result = kernel_matrix(
+        "build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "out"), "--python", str(bare)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "note: torch-cpu: not loaded after the build: torch is not installed in " in result.stderr
+    assert (tmp_path / "out" / "torch-cpu" / "metadata.json").is_file()
 
 
 @pytest.mark.build  # it builds (nothing compiled): the fast loop's rule
@@ -71,6 +154,7 @@ def test_the_package_layout_is_checked_before_anything_is_written(kernel_copy, t
         expected = f"error: {package}: the kernel's Python package has no __init__.py"
     else:
         (package / "img2gray").mkdir()
+        (package / "img2gray" / "__init__.py").write_text("")
         expected = f"error: {package / 'img2gray'}: a package folder holds no img2gray of its own"
     result = kernel_matrix(
         "build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b")
@@ -78,6 +162,14 @@ def test_the_package_layout_is_checked_before_anything_is_written(kernel_copy, t
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(expected)
     assert not (tmp_path / "b").exists()
+
+
+def test_a_nested_folder_without_python_files_is_not_refused(kernel_copy):
+    # kernel-builder's layout check sees the source set: Python files only (an old build's cache is not there).
+    stale = kernel_copy / "torch-ext" / "img2gray" / "img2gray" / "__pycache__"
+    stale.mkdir(parents=True)
+    (stale / "old.cpython-311.pyc").write_bytes(b"")
+    check_layout(kernel_copy, "img2gray")
 
 
 def test_an_op_registered_without_the_kernels_namespace_is_refused_at_its_line(kernel_copy, tmp_path):

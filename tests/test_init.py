@@ -161,9 +161,9 @@ def test_init_names_a_flakes_torch_versions_limit_which_it_does_not_read(tmp_pat
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if "torchVersions" in line]
     assert notes == [
-        f"note: {Path('.') / 'flake.nix'}:4: torchVersions narrows kernel-builder's builds of this kernel; "
-        "kernel-matrix reads build.toml only: say the same in build_matrix.yaml's `exclude` (e.g. `- arch: "
-        "aarch64`; it drops those cells for every kernel of the matrix)"
+        f"note: {Path('.') / 'flake.nix'}:4: torchVersions may narrow kernel-builder's builds of this kernel; "
+        "kernel-matrix reads build.toml only: say the same in build_matrix.yaml's `exclude` (e.g. `- {arch: "
+        "aarch64, cuda: cpu}`; it drops those cells for every kernel of the matrix)"
     ]
     (kernel / "build_matrix.yaml").unlink()
     shutil.rmtree(kernel / ".github")

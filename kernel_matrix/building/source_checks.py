@@ -27,7 +27,7 @@ _NODE_KINDS = {ast.FunctionDef: "function", ast.AsyncFunctionDef: "async functio
 MAX_PYTHON_BYTES = 4 * 1024 * 1024
 
 
-def check_sources(kernel_dir: Path, config: BuildConfig) -> None:
+def check_kernel_sources(kernel_dir: Path, config: BuildConfig) -> None:
     """Both checks, before anything of a build is written."""
     check_layout(kernel_dir, config.general.python_name)
     check_op_registrations(kernel_dir)
@@ -35,18 +35,28 @@ def check_sources(kernel_dir: Path, config: BuildConfig) -> None:
 
 def check_layout(kernel_dir: Path, python_name: str) -> None:
     """kernel-layout-check: torch-ext/<python_name>/ has an __init__.py and no
-    <python_name> inside it (the loader's old location)."""
+    <python_name> package inside it (the loader's old location), as the check sees the
+    source set: its Python files only."""
     package = kernel_dir / "torch-ext" / python_name
     if not (package / "__init__.py").is_file():
         raise ConfigError(
             f"{package}: the kernel's Python package has no __init__.py (kernel-builder's layout check "
             "refuses it, and the loader finds no module)"
         )
-    if os.path.lexists(package / python_name):
+    nested = package / python_name
+    if _python_files_in(nested):
         raise ConfigError(
-            f"{package / python_name}: a package folder holds no {python_name} of its own (kernel-builder's "
+            f"{nested}: a package folder holds no {python_name} of its own (kernel-builder's "
             "layout check refuses it: the loader's old location)"
         )
+
+
+def _python_files_in(nested: Path) -> bool:
+    """Whether kernel-builder's source set keeps anything at nested: its .py and .pyi files
+    (nix-builder source-set.nix); an empty folder or one of caches only is not there."""
+    if nested.is_symlink() or not nested.is_dir():
+        return False
+    return any(path.suffix in (".py", ".pyi") for path in nested.rglob("*") if not path.is_symlink())
 
 
 def check_op_registrations(kernel_dir: Path) -> None:

@@ -4,89 +4,129 @@ which fails a build whose kernel does not import. Build and ABI check pass a lib
 that references a symbol no source defines, or a package without __init__.py; only
 loading it shows that.
 
-The loader imports the kernel's own Python, so it runs in a child process of the
-build's interpreter with the Hub offline and without the Hub token. Builds in a cell's
-container are not loaded there (the builder image has no `kernels`, and keeps only the
-CUDA libraries' headers): the workflow's test jobs load them."""
+Loading runs the kernel's own Python, so it runs as kernel-builder's check does: in a
+child process of the build's interpreter with a HOME of its own (an empty temporary
+folder: no Hub token file, no caches), an environment of the variables a loader needs
+and none other (no HF_TOKEN or other secret), the Hub offline, no GPU, in a process
+group of its own that is ended with it (nothing it starts outlives the check).
+Builds in a cell's container are not loaded there (the builder image has no `kernels`,
+and keeps only the CUDA libraries' headers): the workflow's test jobs load them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from kernel_matrix.errors import BuildError
 from kernel_matrix.layout import METADATA
 
-# What a Hub token may be named in the environment: never passed to the kernel's code.
-TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
 LOAD_SECONDS = 300
-# Prints "skip: <why>" where the loader cannot be asked (not installed, a backend this
-# torch does not load), raises where the kernel does not load. The variant is linked
-# under its own name into a folder of its own: get_local_kernel finds it by that name.
+# What the child inherits: where programs and libraries are found, the locale, and the
+# interpreter's own search path where the caller set one. Nothing else (no token, no key).
+INHERITED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "LANG", "LC_ALL")
+# The child writes its verdict to the file argv[4] names: "skip: <why>" where the loader
+# cannot be asked here, "error: <exception>" where the kernel does not load, "ok".
+# The variant is linked under its own name into a folder of its own: get_local_kernel
+# finds it by that name.
 _LOAD = """
-import pathlib, sys, tempfile
+import inspect, pathlib, sys, traceback
+variant, name, backend, verdict = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], pathlib.Path(sys.argv[4])
+def say(text):
+    verdict.write_text(text)
+    raise SystemExit(0)
+try:
+    import torch
+except ImportError:
+    say("skip: torch is not installed in " + sys.executable)
 try:
     import kernels
 except ImportError:
-    print("skip: kernels is not installed in " + sys.executable)
-    raise SystemExit(0)
-import torch
-variant, name, backend = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    say("skip: kernels is not installed in " + sys.executable)
+if "backend" not in inspect.signature(kernels.get_local_kernel).parameters:
+    say("skip: kernels " + getattr(kernels, "__version__", "?") + " in " + sys.executable + " is older than 0.14")
 own = "cuda" if torch.version.cuda else "rocm" if getattr(torch.version, "hip", None) else "cpu"
 if backend not in ("cpu", own):
-    print(f"skip: torch {torch.__version__} here loads {'cpu' if own == 'cpu' else own + ' and cpu'} kernels only")
-    raise SystemExit(0)
-with tempfile.TemporaryDirectory() as folder:
-    (pathlib.Path(folder) / name).symlink_to(variant, target_is_directory=True)
-    try:
-        kernels.get_local_kernel(pathlib.Path(folder), backend=backend)
-    except Exception as exc:
-        link = str(pathlib.Path(folder) / name)
-        first = (str(exc).strip().splitlines() or [""])[0].replace(link, name)
-        if isinstance(exc, ImportError) and "requires Python dependency" in first:  # python-depends not here
-            print("skip: " + first)
-            raise SystemExit(0)
-        print(f"error: {type(exc).__name__}: {first}")
-        raise SystemExit(3)
+    say(f"skip: torch {torch.__version__} here loads {'cpu' if own == 'cpu' else own + ' and cpu'} kernels only")
+link = pathlib.Path(verdict.parent, "variant", name)
+link.parent.mkdir()
+link.symlink_to(variant, target_is_directory=True)
+try:
+    kernels.get_local_kernel(link.parent, backend=backend)
+except Exception as exc:
+    traceback.print_exc()  # into the load log
+    first = (str(exc).strip().splitlines() or [""])[0].replace(str(link), name)
+    if isinstance(exc, ImportError) and "requires Python dependency" in first:  # python-depends not here
+        say("skip: " + first)
+    say(f"error: {type(exc).__name__}: {first}")
+say("ok")
 """
 
 
-def load_check(variant_dir: Path, name: str, *, python: str, backend: str) -> str | None:
+def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: Path | None = None) -> str | None:
     """Load variant_dir (staged or final) as the variant `name` for `backend` with
     `python`'s `kernels`. Returns why it was not checked (a note), None when it loaded;
-    BuildError with the loader's last line when it does not load."""
+    BuildError with the loader's exception when it does not load (what the import printed
+    goes to `log` then, where given)."""
     metadata = json.loads((variant_dir / METADATA).read_text())
     if isinstance(metadata, dict) and metadata.get("kernel-depends"):
         return "its kernel-depends come from the Hub, which the check does not reach"
-    env = {key: value for key, value in os.environ.items() if key not in TOKEN_VARIABLES}
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the staged variant is what is published: no __pycache__
-    # No GPU, as in kernel-builder's build sandbox: the library is loaded, and the loader's
-    # check of the archs against this machine's GPU (a build for another GPU) is not made.
-    env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = ""
-    try:
-        result = subprocess.run(
-            [python, "-c", _LOAD, str(variant_dir.resolve()), name, backend],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=LOAD_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{name}: loading it with kernels.get_local_kernel took over {LOAD_SECONDS} s") from None
-    except OSError as exc:
-        return f"{python} did not start ({exc.strerror or exc})"
-    said = result.stdout.strip().splitlines()
-    if result.returncode != 0:
-        # The loader's exception as the child printed it, else the last line of a crash.
-        lines = [line[len("error: ") :] for line in said if line.startswith("error: ")]
-        lines = lines or [line.strip() for line in result.stderr.splitlines() if line.strip()]
-        last = lines[-1] if lines else f"exit status {result.returncode}"
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-load-") as scratch:
+        home = Path(scratch) / "home"
+        home.mkdir()
+        verdict, output = Path(scratch) / "verdict", Path(scratch) / "output"
+        env = {key: os.environ[key] for key in INHERITED if key in os.environ}
+        env |= {
+            "HOME": str(home),
+            "HF_HOME": str(home / "hf"),
+            "HF_TOKEN_PATH": os.devnull,
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",  # the staged variant is what is published: no __pycache__
+            # No GPU, as in kernel-builder's build sandbox: the library is loaded, and the loader's
+            # check of the archs against this machine's GPU (a build for another GPU) is not made.
+            "CUDA_VISIBLE_DEVICES": "",
+            "HIP_VISIBLE_DEVICES": "",
+        }
+        argv = [python, "-c", _LOAD, str(variant_dir.resolve()), name, backend, str(verdict)]
+        try:
+            with output.open("wb") as sink:
+                child = subprocess.Popen(
+                    argv, cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
+                )
+                try:
+                    code = child.wait(timeout=LOAD_SECONDS)
+                except subprocess.TimeoutExpired:
+                    code = None
+                finally:
+                    # Its process group: whatever the kernel's import started ends with the check.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
+        except OSError as exc:
+            return f"{python} did not start ({exc.strerror or exc})"
+        said = verdict.read_text(errors="replace") if verdict.is_file() else ""
+        failed = code is None or not (said == "ok" or said.startswith("skip: "))
+        if failed and log is not None:  # what the import printed: its last MiB
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_bytes(output.read_bytes()[-1024 * 1024 :])
+    where = f" (full output: {log})" if log is not None else ""
+    if code is None:
+        raise BuildError(f"{name}: loading it with kernels.get_local_kernel took over {LOAD_SECONDS} s{where}")
+    if said.startswith("skip: "):
+        return printable(said.removeprefix("skip: "))
+    if said != "ok":
+        why = said.removeprefix("error: ") if said.startswith("error: ") else f"the loader's process ended ({code})"
         raise BuildError(
             f"{name}: built, but kernels.get_local_kernel does not load it (kernel-builder's get-kernel-check "
-            f"fails such a build): {last}"
+            f"fails such a build): {printable(why)}{where}"
         )
-    return said[-1].removeprefix("skip: ") if said and said[-1].startswith("skip: ") else None
+    return None
+
+
+def printable(text: str) -> str:
+    """text with control characters (a terminal's escape sequences) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -91,6 +91,14 @@ def build(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Compile everything; neither read nor fill the cache.")
     ] = False,
+    no_load_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-load-check",
+            help="Native builds: do not load the variant with kernels.get_local_kernel after the build "
+            "(kernel-builder's doGetKernelCheck = false, which a kernel's flake.nix may also say).",
+        ),
+    ] = False,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
@@ -114,7 +122,7 @@ def build(
         where = BuildDir(build_dir, subfolder)
         cache_root = cache_dir or BuildDir(build_dir).cache
         cache = None if no_cache else ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted)
-        build_native(chosen, where, python, backend, jobs, capabilities, cache)
+        build_native(chosen, where, python, backend, jobs, capabilities, cache, load=not no_load_check)
         if cache is not None:
             with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
                 cache.prune(MAX_SCOPE_BYTES)
@@ -122,12 +130,32 @@ def build(
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
 
 
-def _load_check(stage: Path, name: str, python: str, backend: str) -> str | None:
+def _load_check(stage: Path, name: str, python: str, backend: str, where: BuildDir) -> str | None:
     """kernel-builder's get-kernel-check: the variant is loaded before it replaces the built
     one (BuildError if it does not load); why it could not be loaded here, or None."""
     from kernel_matrix.checking.load import load_check
 
-    return load_check(stage, name, python=python, backend=backend)
+    return load_check(stage, name, python=python, backend=backend, log=where.log(name, "load.log"))
+
+
+def _loads(kernel: Kernel, load: bool, expected: BuildRequest | None) -> bool:
+    """Whether a native build loads its variant: not in a cell's container (the workflow's
+    test jobs load it: checking/load.py), nor with --no-load-check, nor where the kernel's
+    flake.nix turns kernel-builder's check off (a line says so)."""
+    from kernel_matrix.config.flake import NO_GET_KERNEL_CHECK, flake_line
+
+    if not load or expected is not None:
+        return False
+    if found := flake_line(kernel.dir, NO_GET_KERNEL_CHECK):
+        flake, line = found
+        console.print(
+            f"{flake}:{line}: note: doGetKernelCheck = false: the variant is not loaded after the build",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return False
+    return True
 
 
 def _say_not_loaded(names: list[str], why: str) -> None:
@@ -145,15 +173,17 @@ def build_native(
     capabilities: list[str] | None,
     cache: ObjectCache | None,
     expected: BuildRequest | None = None,
+    *,
+    load: bool = True,
 ) -> None:
     """One kernel's variant for this host (or, in a build container, for the cell
     `expected` asks for: refused before anything is written if it would be another)."""
     from kernel_matrix.building.compile import Progress
     from kernel_matrix.building.native_build import build_noarch, build_variant, plan_build, write_build_stats
-    from kernel_matrix.building.source_checks import check_sources
+    from kernel_matrix.building.source_checks import check_kernel_sources
     from kernel_matrix.config.buildtoml import edition_4_note, no_section_note, skipped_note
 
-    check_sources(kernel.dir, kernel.config)
+    check_kernel_sources(kernel.dir, kernel.config)
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
 
@@ -161,7 +191,7 @@ def build_native(
 
         def load_noarch(stage: Path, noarch_backend: str) -> None:
             name = f"torch-{noarch_backend}"
-            if why := _load_check(stage, name, python or sys.executable, noarch_backend):
+            if why := _load_check(stage, name, python or sys.executable, noarch_backend, where):
                 not_loaded.setdefault(why, []).append(name)
 
         made_list = build_noarch(
@@ -169,7 +199,7 @@ def build_native(
             where.path,
             backends=[backend] if backend else None,
             config=kernel.config,
-            check=None if expected is not None else load_noarch,
+            check=load_noarch if _loads(kernel, load, expected) else None,
         )
         for why, names in not_loaded.items():
             _say_not_loaded(names, why)
@@ -196,6 +226,7 @@ def build_native(
             highlight=False,
             soft_wrap=True,
         )
+    loads = _loads(kernel, load, expected)
     console.print(
         styled(
             (plan.variant.name, "bold"),
@@ -220,13 +251,12 @@ def build_native(
             slowest_text = f", slowest {slowest[1]} ({slowest[0]:.0f}s)" if slowest else ""
             status.update(styled(f"building {plan.variant.name}: {count} done{slowest_text}"))
 
-        def load(stage: Path) -> None:
+        def load_staged(stage: Path) -> None:
             status.update(styled(f"loading {plan.variant.name} with kernels.get_local_kernel"))
-            if why := _load_check(stage, plan.variant.name, plan.torch.python, plan.backend):
+            if why := _load_check(stage, plan.variant.name, plan.torch.python, plan.backend, where):
                 _say_not_loaded([plan.variant.name], why)
 
-        # In a cell's container the workflow's test jobs load it (load.py says why).
-        check = None if expected is not None else load
+        check = load_staged if loads else None
         result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache, progress=progress, check=check)
     seconds = time.monotonic() - started
     write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)

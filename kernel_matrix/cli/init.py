@@ -26,6 +26,7 @@ from packaging.version import Version
 
 from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
+from kernel_matrix.config.flake import TORCH_VERSIONS, flake_line
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.github_jobs import batching
 from kernel_matrix.planning.selection import Selection
@@ -119,21 +120,17 @@ def init(
 
 
 def flake_note(kernel_dir: Path) -> str | None:
-    """A line where the kernel's flake.nix narrows its builds (genKernelFlakeOutputs'
-    torchVersions: fewer torch versions, systems or CUDA versions than build.toml allows,
-    e.g. x86_64 only for a kernel built with -mavx512f). kernel-matrix reads build.toml,
-    not Nix: the matrix's `exclude` says the same."""
-    flake = kernel_dir / "flake.nix"
-    try:
-        text = flake.read_text(encoding="utf-8", errors="replace") if flake.is_file() else ""
-    except OSError:
+    """A line where the kernel's flake.nix passes torchVersions, which may narrow its builds
+    (fewer torch versions, systems or CUDA versions than build.toml allows, e.g. x86_64 only
+    for a kernel built with -mavx512f). kernel-matrix reads build.toml, not Nix: the
+    matrix's `exclude` says the same."""
+    found = flake_line(kernel_dir, TORCH_VERSIONS)
+    if found is None:
         return None
-    line = next((n for n, row in enumerate(text.splitlines(), 1) if "torchVersions" in row), None)
-    if line is None:
-        return None
+    flake, line = found
     return (
-        f"note: {flake}:{line}: torchVersions narrows kernel-builder's builds of this kernel; kernel-matrix "
-        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- arch: aarch64`; "
+        f"note: {flake}:{line}: torchVersions may narrow kernel-builder's builds of this kernel; kernel-matrix "
+        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- {{arch: aarch64, cuda: cpu}}`; "
         "it drops those cells for every kernel of the matrix)"
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 
 from kernel_matrix.building.native_build import build_noarch
-from kernel_matrix.building.source_checks import check_sources
+from kernel_matrix.building.source_checks import check_kernel_sources
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.pool import CellResult, build_cells
@@ -90,6 +90,11 @@ def run_builds(
         if item.kernel.config.noarch:
             results += _build_noarch_cells(item)
             continue
+        try:  # once here, not in each cell's container after its image is made
+            check_kernel_sources(item.kernel.dir, item.kernel.config)
+        except KernelMatrixError as exc:
+            results += [_refused(c, exc, 0.0) for c in item.cells]
+            continue
         assert client is not None  # the caller connects when a kernel compiles
         with progress([c.name for c in item.cells]) as on_status:
             results += build_cells(
@@ -113,10 +118,13 @@ def _build_noarch_cells(item: KernelCells) -> list[CellResult]:
     started = time.monotonic()
     try:
         backends = [c.variant.backend for c in item.cells]
-        check_sources(item.kernel.dir, item.kernel.config)
+        check_kernel_sources(item.kernel.dir, item.kernel.config)
         made = build_noarch(item.kernel.dir, item.build_dir.path, backends=backends, config=item.kernel.config)
     except KernelMatrixError as exc:
-        seconds, code = time.monotonic() - started, exc.exit_code
-        return [CellResult(c, "FAILED", seconds, None, str(exc).splitlines()[0], exit_code=code) for c in item.cells]
+        return [_refused(c, exc, time.monotonic() - started) for c in item.cells]
     seconds = time.monotonic() - started
     return [CellResult(c, "built", seconds, None, str(path)) for c, path in zip(item.cells, made, strict=True)]
+
+
+def _refused(cell: Cell, exc: KernelMatrixError, seconds: float) -> CellResult:
+    return CellResult(cell, "FAILED", seconds, None, str(exc).splitlines()[0], exit_code=exc.exit_code)
