@@ -66,6 +66,7 @@ def evil_kernel(tmp_path, cell_name: str):
     )
     wrapper.chmod(0o755)
     toml = evil / "build.toml"
+    (evil / "torch-ext" / "img2gray").rename(evil / "torch-ext" / "evil")  # the package its name says
     text = toml.read_text().replace('name = "img2gray"', 'name = "evil"', 1)
     assert text.count('cxx-flags = ["-ffp-contract=off"]') == 2
     toml.write_text(text.replace('cxx-flags = ["-ffp-contract=off"]', 'cxx-flags = ["-wrapper", "/src/w.sh"]'))
