@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -186,3 +187,31 @@ def test_new_entries_go_first_and_the_oldest_are_evicted(tmp_path):
     cache.prune(max_bytes=0)
     assert not list((tmp_path / "cache" / "objects").iterdir())
     assert not list((tmp_path / "cache" / "manifests").glob("*/*.json"))
+
+
+@pytest.mark.build
+def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp_path):
+    """The device's machines missed each other's objects with the same inputs: the record says
+    what differed. A compiler variable set on one side shows as that difference, and only it."""
+    from conftest import KERNEL_DIR
+
+    def build(folder: str, **env: str) -> tuple[list[dict], str]:
+        result = kernel_matrix(
+            "build", "--backend", "cpu", "--kernel-dir", str(KERNEL_DIR), "--build-dir", str(tmp_path / folder),
+            "--cache-dir", str(object_cache), env={**os.environ, **env}, check=True,
+        )  # fmt: skip
+        (record,) = (tmp_path / folder / "logs").glob("*.cache-keys.json")
+        objects = next(line for line in (result.stdout + result.stderr).splitlines() if line.startswith("objects"))
+        return json.loads(record.read_text()), objects
+
+    first, _ = build("first")
+    again, objects = build("again")
+    assert [e["key"] for e in again] == [e["key"] for e in first] and "0 compiled" in objects
+    other, objects = build("other", CPATH=str(tmp_path / "nothing-here"))
+    assert "0 from the cache" in objects
+    assert [e["step"] for e in first] == [e["step"] for e in other] and first  # compiles only, not the link
+    for mine, theirs in zip(first, other, strict=True):
+        assert mine["key"] != theirs["key"]
+        assert (mine["argv"], mine["compilers"]) == (theirs["argv"], theirs["compilers"])
+        differ = {k for k in mine["environment"] if mine["environment"][k] != theirs["environment"][k]}
+        assert differ == {"CPATH"}

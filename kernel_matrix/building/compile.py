@@ -51,6 +51,11 @@ SOURCE_DATE_EPOCH = "SOURCE_DATE_EPOCH"
 DEFAULT_SOURCE_DATE_EPOCH = "0"
 
 
+def compile_environment(source_date_epoch: str) -> dict[str, str]:
+    """Every compiler's environment: this process's, with __DATE__ and __TIME__ pinned."""
+    return {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch}
+
+
 def caller_source_date_epoch() -> str:
     """The caller's SOURCE_DATE_EPOCH, else the default: read once, where a build is
     planned (native_build.plan_build), and passed on as a value from there."""
@@ -251,7 +256,7 @@ def run_steps(
     Interrupted (Ctrl-C, or SIGTERM, which the CLI turns into KeyboardInterrupt), it
     stops the compilers that run and starts no other: a build of many files stops at once."""
     stop = threading.Event()  # after the first failure, compiles not yet started are skipped
-    env = {**os.environ, SOURCE_DATE_EPOCH: source_date_epoch}
+    env = compile_environment(source_date_epoch)
     children = _Children()
 
     progress = progress if progress is not None else Progress()

@@ -25,6 +25,7 @@ from kernel_matrix.building.compile import (
     Progress,
     Step,
     caller_source_date_epoch,
+    compile_environment,
     cxx_compile,
     cxx_standard,
     link_shared,
@@ -33,7 +34,7 @@ from kernel_matrix.building.compile import (
 )
 from kernel_matrix.building.dependencies import Resolved
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
-from kernel_matrix.building.objcache import ObjectCache
+from kernel_matrix.building.objcache import ObjectCache, write_key_record
 from kernel_matrix.building.provenance import git_state, toolchain
 from kernel_matrix.building.torch_cmake import interface_defines
 from kernel_matrix.building.variant_dir import (
@@ -604,6 +605,12 @@ def build_variant(
         work = stage / ".work"
         so_path = stage / f"{plan.module}.abi3.so"
         compiles, link = build_steps(plan, work, so_path, parallel=parallel)
+        if cache is not None:  # what each compile is looked up by: why a build missed another's objects
+            write_key_record(
+                BuildDir(out_dir.resolve()).log(plan.variant.name, "cache-keys.json"),
+                [(step.label, step.argv, step.output, list(step.compilers)) for step in compiles if step.compilers],
+                compile_environment(plan.source_date_epoch),
+            )
         try:
             run_steps(
                 compiles,

@@ -24,6 +24,7 @@ reads. Within a scope, newer entries go first and the oldest are dropped
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -204,10 +205,7 @@ class ObjectCache:
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
     def _key(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> str:
-        env = os.environ if env is None else env
-        environment = {name: env.get(name) for name in COMPILER_ENVIRONMENT}
-        parts = [[a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment]
-        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+        return key_of(key_parts(argv, output, compilers, env))
 
     def _manifest_path(self, key: str, root: Path | None = None) -> Path:
         return (root or self.root) / "manifests" / key[:2] / f"{key}.json"
@@ -232,6 +230,44 @@ class ObjectCache:
         # Readable by the unprivileged user builds run as (mkstemp makes 0600 files).
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+
+
+def key_parts(
+    argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str | None], dict[str, str | None]]:
+    """What a compile is looked up by: its command line without its output, what its
+    compilers say they are, and the variables that change a compile unseen. Two builds
+    whose compiles miss each other's entries differ here, or in the files they read."""
+    env = os.environ if env is None else env
+    environment = {name: env.get(name) for name in COMPILER_ENVIRONMENT}
+    return [a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment
+
+
+def key_of(parts: tuple[list[str], list[str | None], dict[str, str | None]]) -> str:
+    return hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()
+
+
+def write_key_record(
+    path: Path, compiles: list[tuple[str, list[str], Path, list[str]]], env: Mapping[str, str]
+) -> None:
+    """path: each compile's key and its parts (label, key, argv, compilers, environment), as
+    JSON: diffing two builds' records shows why one missed the other's objects. Never
+    fails the build."""
+    records = []
+    for label, argv, output, compilers in compiles:
+        command, identities, environment = parts = key_parts(argv, output, compilers, env)
+        records.append(
+            {
+                "step": label,
+                "key": key_of(parts),
+                "argv": command,
+                "compilers": identities,
+                "environment": environment,
+            }
+        )
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(records, indent=1) + "\n")
 
 
 def _mtime(path: Path) -> float:
