@@ -97,7 +97,10 @@ if [ "$mode" = wait ]; then
     printf 'RUNNING\t%s\t%s\t%s\n' "$k" "$(grep -o '\[[0-9]*/[0-9]*\]' "$log" | tail -1)" "$(elapsed)s" >>"$work/running.tsv"
   done
   cp "$work/summary.tsv" "$work/running.tsv" "$work/driver.log" "$out/" 2>/dev/null
-  tar czf "$out/logs.tgz" -C "$work" logs 2>/dev/null
+  # the logs, and each build's cache-keys record (what its compiles were looked up by: a miss
+  # across machines is diffed from two of them)
+  mapfile -t records < <(cd "$work" && compgen -G 'builds/*/logs/*.cache-keys.json')
+  tar czf "$out/logs.tgz" -C "$work" logs "${records[@]}" 2>/dev/null
   [ -e "$work/DONE" ] && echo "DONE" || echo "STILL RUNNING after ${secs}s (driver at $(elapsed)s)"
   cut -c1-200 "$work/summary.tsv"; cat "$work/running.tsv"
   exit 0
