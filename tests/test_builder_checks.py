@@ -118,6 +118,24 @@ def test_the_load_check_is_off_with_the_option_or_the_kernels_flake(tmp_path, ho
     assert (said in result.stderr) is (how == "flake.nix")
 
 
+def test_a_relative_python_and_a_linked_flake_do_not_skip_the_check(tmp_path):
+    # The child starts in its own empty HOME: a relative --python is made absolute first. A flake.nix
+    # linked from outside the kernel (here one that would turn the check off) is not read.
+    kernel = noarch_kernel(tmp_path, "rel", '["cpu"]')
+    (kernel / "torch-ext" / "rel" / "__init__.py").write_text("raise RuntimeError('checked')\n")
+    outside = tmp_path / "elsewhere.nix"
+    outside.write_text("{\n  doGetKernelCheck = false;\n}\n")
+    (kernel / "flake.nix").symlink_to(outside)
+    (tmp_path / "venv dir").mkdir()
+    (tmp_path / "venv dir" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (tmp_path / "venv dir" / "python").chmod(0o755)
+    result = kernel_matrix(
+        "build", "--kernel-dir", "rel", "--build-dir", "out", "--python", "venv dir/python", cwd=tmp_path
+    )
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "RuntimeError: checked" in result.stderr and "doGetKernelCheck" not in result.stderr
+
+
 @pytest.mark.build  # it builds (nothing compiled): the fast loop's rule
 def test_a_python_without_torch_or_kernels_builds_and_says_it_did_not_load(tmp_path):
     # kernel-matrix installed without torch (pipx): a Python-only kernel still builds.

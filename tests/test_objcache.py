@@ -205,6 +205,8 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
         return json.loads(record.read_text()), objects
 
     first, _ = build("first")
+    scope = object_cache / "trusted" / "img2gray" / "manifests"
+    assert all((scope / e["key"][:2] / f"{e['key']}.json").is_file() for e in first)  # the keys the cache uses
     again, objects = build("again")
     assert [e["key"] for e in again] == [e["key"] for e in first] and "0 compiled" in objects
     other, objects = build("other", CPATH=str(tmp_path / "nothing-here"))

@@ -1377,11 +1377,16 @@ def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_pat
         (["requests"], None, 'python-depends "requests" is not a dependency the kernels loader knows'),
         # nor is another backend's
         (["onednn"], None, 'python-depends "onednn" is not a dependency the kernels loader knows for backend "cuda"'),
+        # the metadata's backend is the cell's: it cannot pick another backend's table (nki for neuron)
+        ({"backend": "neuron", "depends": ["nki"]}, None, 'backend "neuron", but the cell is cuda'),
+        (5, None, "python-depends is not a list of names: 5"),
     ],
 )
 def test_test_variant_installs_the_variants_python_depends_the_loader_knows(tmp_path, depends, installed, error):
     cell = a_cell("cuda")
-    metadata = json.dumps({"backend": {"type": "cuda"}, "python-depends": depends})
+    backend = depends.pop("backend") if isinstance(depends, dict) else "cuda"
+    depends = depends["depends"] if isinstance(depends, dict) else depends
+    metadata = json.dumps({"backend": {"type": backend}, "python-depends": depends})
     code, log, stderr = run_test_variant(
         tmp_path, cell, "--cpu-only", torch_cuda=cell["cuda"], gpu=False, metadata=metadata
     )

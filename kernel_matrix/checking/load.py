@@ -4,11 +4,14 @@ which fails a build whose kernel does not import. Build and ABI check pass a lib
 that references a symbol no source defines, or a package without __init__.py; only
 loading it shows that.
 
-Loading runs the kernel's own Python, so it runs as kernel-builder's check does: in a
-child process of the build's interpreter with a HOME of its own (an empty temporary
-folder: no Hub token file, no caches), an environment of the variables a loader needs
-and none other (no HF_TOKEN or other secret), the Hub offline, no GPU, in a process
-group of its own that is ended with it (nothing it starts outlives the check).
+Loading runs the kernel's own Python, as kernel-builder's check does: in a child process
+of the build's interpreter with a HOME of its own (an empty temporary folder: no Hub token
+file, no caches), an environment of the variables a loader needs and none other (no
+HF_TOKEN or other secret), the Hub offline, no GPU, in a process group of its own that is
+ended with it. That keeps the token out of what a well-meaning kernel reads; it is no
+sandbox: the child runs as this user (it could read /proc and this user's files, and a
+process that leaves the group outlives it), as a native build's compiles and `test` do.
+A kernel that is not trusted is built in containers (--variant, --profile).
 Builds in a cell's container are not loaded there (the builder image has no `kernels`,
 and keeps only the CUDA libraries' headers): the workflow's test jobs load them."""
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -26,6 +30,9 @@ from kernel_matrix.errors import BuildError
 from kernel_matrix.layout import METADATA
 
 LOAD_SECONDS = 300
+# The most of the import's output kept in the load log, and of the exception's line shown.
+LOG_BYTES = 1024 * 1024
+MESSAGE_CHARS = 500
 # What the child inherits: where programs and libraries are found, the locale, and the
 # interpreter's own search path where the caller set one. Nothing else (no token, no key).
 INHERITED = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CUDA_HOME", "CUDA_PATH", "LANG", "LC_ALL")
@@ -75,7 +82,9 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
     metadata = json.loads((variant_dir / METADATA).read_text())
     if isinstance(metadata, dict) and metadata.get("kernel-depends"):
         return "its kernel-depends come from the Hub, which the check does not reach"
-    with tempfile.TemporaryDirectory(prefix="kernel-matrix-load-") as scratch:
+    # An absolute interpreter: the child starts in its empty HOME, where a relative one is not.
+    python = os.path.abspath(shutil.which(python) or python)
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-load-", ignore_cleanup_errors=True) as scratch:
         home = Path(scratch) / "home"
         home.mkdir()
         verdict, output = Path(scratch) / "verdict", Path(scratch) / "output"
@@ -108,11 +117,13 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
                     child.wait()
         except OSError as exc:
             return f"{python} did not start ({exc.strerror or exc})"
-        said = verdict.read_text(errors="replace") if verdict.is_file() else ""
+        said = _head(verdict, MESSAGE_CHARS)
         failed = code is None or not (said == "ok" or said.startswith("skip: "))
         if failed and log is not None:  # what the import printed: its last MiB
             log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_bytes(output.read_bytes()[-1024 * 1024 :])
+            with output.open("rb") as printed:
+                printed.seek(max(0, output.stat().st_size - LOG_BYTES))
+                log.write_bytes(printed.read(LOG_BYTES))
     where = f" (full output: {log})" if log is not None else ""
     if code is None:
         raise BuildError(f"{name}: loading it with kernels.get_local_kernel took over {LOAD_SECONDS} s{where}")
@@ -125,6 +136,15 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
             f"fails such a build): {printable(why)}{where}"
         )
     return None
+
+
+def _head(path: Path, chars: int) -> str:
+    """The first chars of a file the child may have written (empty if it did not)."""
+    try:
+        with path.open("rb") as stream:
+            return stream.read(chars * 4).decode(errors="replace")[:chars]
+    except OSError:
+        return ""
 
 
 def printable(text: str) -> str:

@@ -3,7 +3,7 @@ table (kernels' python_depends.json, kernels-data's list of the dependencies ker
 knows): the loader refuses a variant whose packages are not installed, so the test
 workflow's environment installs them first, as kernel-builder's test shell has them.
 
-    python -m kernel_matrix.checking.python_depends VARIANT_DIR   # one requirement a line
+    python -m kernel_matrix.checking.python_depends VARIANT_DIR BACKEND   # one requirement a line
 
 Only names in that table map to a package, so a pull request's metadata.json cannot
 make the test job install a package of its choosing."""
@@ -26,9 +26,10 @@ def dependency_table() -> dict[str, Any]:
     return table
 
 
-def requirements(variant_dir: Path, table: dict[str, Any] | None = None) -> list[str]:
-    """The pip packages of the variant's python-depends (the general table, then its
-    backend's, as the loader looks them up), in order, each once."""
+def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None = None) -> list[str]:
+    """The pip packages of the variant's python-depends (the general table, then the
+    backend's, as the loader looks them up), in order, each once. backend: the cell's (the
+    matrix says it; the variant's metadata.json must agree, not choose)."""
     path = variant_dir / METADATA
     try:
         metadata = json.loads(path.read_text())
@@ -37,14 +38,17 @@ def requirements(variant_dir: Path, table: dict[str, Any] | None = None) -> list
     depends = metadata.get("python-depends") if isinstance(metadata, dict) else None
     if not depends:
         return []
-    backend = metadata.get("backend")
-    backend_type = backend.get("type") if isinstance(backend, dict) else None
+    if not isinstance(depends, list) or not all(isinstance(name, str) for name in depends):
+        raise ConfigError(f"{path}: python-depends is not a list of names: {json.dumps(depends)[:80]}")
+    recorded = metadata.get("backend")
+    backend_type = recorded.get("type") if isinstance(recorded, dict) else None
+    if backend_type != backend:
+        raise ConfigError(f"{path}: backend {json.dumps(backend_type)[:40]}, but the cell is {backend}")
     table = dependency_table() if table is None else table
     own = table.get("backends", {}).get(backend_type, {})
     packages: list[str] = []
     for name in depends:
-        info = table.get("general", {}).get(name) if isinstance(name, str) else None
-        info = info or (own.get(name) if isinstance(name, str) else None)
+        info = table.get("general", {}).get(name) or own.get(name)
         if info is None:
             raise ConfigError(
                 f"{path}: python-depends {json.dumps(name)[:80]} is not a dependency the kernels loader knows "
@@ -55,11 +59,11 @@ def requirements(variant_dir: Path, table: dict[str, Any] | None = None) -> list
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m kernel_matrix.checking.python_depends VARIANT_DIR", file=sys.stderr)
+    if len(argv) != 2:
+        print("usage: python -m kernel_matrix.checking.python_depends VARIANT_DIR BACKEND", file=sys.stderr)
         return 2
     try:
-        for package in requirements(Path(argv[0])):
+        for package in requirements(Path(argv[0]), argv[1]):
             print(package)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,10 +20,12 @@ def flake_line(kernel_dir: Path, pattern: re.Pattern[str]) -> tuple[Path, int] |
     """The kernel's flake.nix and the number of the first line matching pattern, or None."""
     flake = kernel_dir / FLAKE
     try:
-        if not flake.is_file() or flake.stat().st_size > MAX_FLAKE_BYTES:
+        # Never a host file through a link out of the kernel's folder.
+        inside = flake.resolve().is_relative_to(kernel_dir.resolve())
+        if not inside or not flake.is_file() or flake.stat().st_size > MAX_FLAKE_BYTES:
             return None
         text = flake.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a link loop (before Python 3.13)
         return None
     found = next((n for n, row in enumerate(text.splitlines(), 1) if pattern.match(row)), None)
     return None if found is None else (flake, found)
