@@ -398,3 +398,37 @@ def test_several_failing_cells_exit_with_the_code_they_share(monkeypatch, tmp_pa
     variants = [arg for cell in cells for arg in ("--variant", cell.name)]
     result = CliRunner().invoke(app, ["build", *variants, "--build-dir", str(tmp_path / "b"), "--image", "offline"])
     assert result.exception is not None and result.exception.exit_code == code, result.output
+
+
+def test_a_kernels_sources_are_checked_once_on_the_host_before_any_cell_builds(monkeypatch, kernel_copy, tmp_path):
+    """kernel-builder's torch-ops-check refuses the kernel: every cell fails with its line, and no
+    image is made nor container started for them (it used to fail in each cell's container)."""
+    from typer.testing import CliRunner
+
+    from kernel_matrix.cli import app
+
+    (kernel_copy / "torch-ext" / "img2gray" / "op.py").write_text(
+        '@torch.library.custom_op("myns::gray", mutates_args=())\ndef gray(x): ...\n'
+    )
+    cells = select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"), only="torch=2.14,arch=x86_64")[:2]
+    started = []
+    monkeypatch.setattr(pool, "build_cell", lambda client, cell, image, **kw: started.append(cell.name))
+    monkeypatch.setattr(images, "builder_for", lambda *a, **kw: started.append("image") or "builder")
+    monkeypatch.setattr(container_build, "connect", lambda: SimpleNamespace())
+    variants = [arg for cell in cells for arg in ("--variant", cell.name)]
+    result = CliRunner().invoke(
+        app,
+        [
+            "build",
+            *variants,
+            "--kernel-dir",
+            str(kernel_copy),
+            "--build-dir",
+            str(tmp_path / "b"),
+            "--image",
+            "offline",
+        ],
+    )
+    assert result.exception is not None and result.exception.exit_code == 2, result.output
+    assert started == []
+    assert result.output.count("op.py:2: function gray is registered with torch.library") >= len(cells)
