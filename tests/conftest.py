@@ -101,6 +101,11 @@ def img2gray_copies(root: Path, count: int) -> list[str]:
     return [img2gray_as(root, f"gray{i}").name for i in range(count)]
 
 
+def snapshot(directory: Path) -> dict[Path, bytes]:
+    """Every file under directory and its bytes: to show a build left a folder exactly as it was."""
+    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
 def variant_backend(variant_dir: Path) -> str:
     return json.loads((variant_dir / "metadata.json").read_text())["backend"]["type"]
 

@@ -10,14 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kernel_matrix, noarch_kernel
+from conftest import kernel_matrix, noarch_kernel, snapshot
 
 from kernel_matrix.building.source_checks import check_layout, check_op_registrations
 from kernel_matrix.errors import ConfigError
-
-
-def _snapshot(directory):
-    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
 
 
 @pytest.mark.build
@@ -30,7 +26,7 @@ def test_a_variant_that_does_not_load_fails_the_build_and_keeps_the_built_one(bu
     previous = built["cpu"]
     build_dir = tmp_path / "build"
     shutil.copytree(previous, build_dir / previous.name)
-    before = _snapshot(build_dir / previous.name)
+    before = snapshot(build_dir / previous.name)
     result = kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir))
     assert result.returncode == 5, result.stdout + result.stderr
     assert 'note: no [kernel.*] section has backend = "cpu"' in result.stderr
@@ -39,7 +35,7 @@ def test_a_variant_that_does_not_load_fails_the_build_and_keeps_the_built_one(bu
     assert "undefined symbol" in last and "img2gray_cpu" in last
     assert "/tmp" not in last.split("ImportError: ")[1].split(" (full output")[0]  # not the loader's temporary link
     assert "Traceback" not in result.stderr
-    assert _snapshot(build_dir / previous.name) == before
+    assert snapshot(build_dir / previous.name) == before
 
 
 def test_a_python_only_variant_whose_package_raises_on_import_is_not_written(tmp_path):

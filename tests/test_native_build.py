@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import KERNEL_DIR, REPO, kernel_matrix
+from conftest import KERNEL_DIR, REPO, kernel_matrix, snapshot
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 from kernels.variants import parse_variant
 
@@ -107,17 +107,13 @@ def test_changed_sources_give_a_new_namespace(built, kernel_copy, tmp_path):
     assert rebuilt["id"] != json.loads((variant / "metadata.json").read_text())["id"]
 
 
-def _snapshot(directory):
-    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
-
-
 def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(built, kernel_copy, tmp_path):
     import shutil
 
     previous = built["cpu"]
     build_dir = tmp_path / "build"
     shutil.copytree(previous, build_dir / previous.name)
-    before = _snapshot(build_dir / previous.name)
+    before = snapshot(build_dir / previous.name)
     cpp = kernel_copy / "csrc" / "img2gray_cpu.cpp"
     cpp.write_text(cpp.read_text() + "\nthis is not C++;\n")
     result = kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir))
@@ -125,7 +121,7 @@ def test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial(bu
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("error: compile csrc/img2gray_cpu.cpp failed")
     assert "Traceback" not in result.stderr
-    assert _snapshot(build_dir / previous.name) == before
+    assert snapshot(build_dir / previous.name) == before
     # Beside the variant: the failure's log and the objects that did compile (cached for next time).
     assert sorted(p.name for p in build_dir.iterdir()) == sorted([".cache", "logs", previous.name])
     assert "this is not C++" in (build_dir / "logs" / f"{previous.name}.log").read_text()
