@@ -9,6 +9,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_DIR = REPO / "kernel"
+# A [tvm-ffi] kernel's own files (its suite is the kernel's, run by `kernel-matrix test`).
+TVM_FFI_KERNEL = Path(__file__).resolve().parent / "tvm_ffi_kernel"
+collect_ignore = ["tvm_ffi_kernel"]
 # Real kernels (test data, only read, never copied into the project): ../shared/corpus beside
 # the checkout, or wherever KERNEL_MATRIX_CORPUS names its kernels-community folder.
 COMMUNITY = Path(os.environ.get("KERNEL_MATRIX_CORPUS", REPO.parent / "shared" / "corpus" / "kernels-community"))
@@ -79,6 +82,15 @@ def img2gray_as(root: Path, name: str, *edit: str) -> Path:
         text = text.replace(*edit)
     toml.write_text(text)
     (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name.replace("-", "_"))
+    return folder
+
+
+def tvm_ffi_kernel(root: Path) -> Path:
+    """gray-tvm-ffi under root: tests/tvm_ffi_kernel's binding, package and suite around
+    img2gray's torch-free csrc/ (copied from kernel/); its folder."""
+    folder = root / "gray-tvm-ffi"
+    shutil.copytree(TVM_FFI_KERNEL, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(KERNEL_DIR / "csrc", folder / "csrc")
     return folder
 
 

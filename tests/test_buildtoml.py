@@ -310,7 +310,13 @@ EDITION_CASES = [
         "cutlass_9_9",
         "kernel.img2gray_cuda.depends.0",
     ),
-    ("tvm-ffi", "[torch]\n", "[tvm-ffi]\n", "[tvm-ffi]", "[tvm-ffi] kernels are not built by kernel-matrix"),
+    (
+        "tvm-ffi without src",
+        '[torch]\nsrc = [\n  "torch-ext/torch_binding.cpp",\n  "torch-ext/torch_binding.h",\n]\n',
+        "[tvm-ffi]\n",
+        "[tvm-ffi]",
+        "missing required key 'tvm-ffi.src'",
+    ),
     (
         "two frameworks",
         "[torch]\n",

@@ -434,3 +434,25 @@ def test_a_kernels_sources_are_checked_once_on_the_host_before_any_cell_builds(m
     # Each cell's row gives the line (the terminal's table may wrap it: the summary file does not).
     summary = (tmp_path / "b" / "summary.md").read_text()
     assert summary.count("op.py:2: function gray is registered with torch.library") == len(cells), summary
+
+
+def test_a_tvm_ffi_cell_builds_in_its_container_with_no_torch_in_it(local_cuda_cell, object_cache, tmp_path):
+    """The builder images hold apache-tvm-ffi: a [tvm-ffi] kernel's CUDA cell builds there
+    like a torch extension's, and its variant loads and passes its suite on the host."""
+    from conftest import tvm_ffi_kernel
+
+    kernel = tvm_ffi_kernel(tmp_path)
+    v = local_cuda_cell.variant
+    name = f"tvm-ffi01-{v.compute}-{v.arch}-linux"
+    build_dir = tmp_path / "build"
+    result = kernel_matrix(
+        "build",
+        *("--variant", name, "--image", "offline", "--kernel-dir", str(kernel), "--build-dir", str(build_dir)),
+        *("--cuda-capabilities", "9.0", "--cache-dir", str(object_cache)),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    metadata = json.loads((build_dir / name / "metadata.json").read_text())
+    toolchain = metadata["provenance"]["toolchain"]
+    assert toolchain["builder-image"].startswith("sha256:") and toolchain["tvm-ffi"].startswith("0.1."), toolchain
+    tested = kernel_matrix("test", str(build_dir / name), "--kernel-dir", str(kernel))
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr

@@ -210,33 +210,37 @@ def test_init_of_a_repository_of_many_kernels_says_its_full_profile_runs_in_batc
 
 
 def test_init_leaves_out_the_kernels_it_cannot_build_and_says_why(tmp_path):
-    """A repository's kernels that kernel-matrix refuses ([tvm-ffi]) or builds no variant
-    of (Metal only) are left out, a line each; the others still get their CI. With none
-    left, init writes nothing and says why for each."""
+    """A repository's kernels that kernel-matrix refuses (a build.toml of two frameworks) or
+    builds no variant of (Metal only) are left out, a line each; the others, a [tvm-ffi]
+    kernel too, still get their CI. With none left, init writes nothing and says why for each."""
     img2gray_as(tmp_path, "gray")
     img2gray_as(tmp_path, "gray-tvm", "[torch]\n", "[tvm-ffi]\n")
+    img2gray_as(tmp_path, "gray-two", "[torch]\n", "[torch-noarch]\n[torch]\n")
     img2gray_as(tmp_path, "gray-metal", 'backends = ["cpu", "cuda"]', 'backends = ["metal"]')
     result = init(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == ["gray"]
+    assert yaml.safe_load((tmp_path / "build_matrix.yaml").read_text())["kernels"] == ["gray", "gray-tvm"]
     notes = [line for line in result.stderr.splitlines() if line.startswith("note: gray-")]
-    tvm_line = next(
-        n for n, t in enumerate((tmp_path / "gray-tvm" / "build.toml").read_text().splitlines(), 1) if t == "[tvm-ffi]"
+    second = next(
+        n
+        for n, t in enumerate((tmp_path / "gray-two" / "build.toml").read_text().splitlines(), 1)
+        if t == "[torch-noarch]"
     )
     assert notes == [
         "note: gray-metal: left out of build_matrix.yaml: general.backends ['metal']: kernel-matrix builds cpu and "
         "cuda kernels",
-        f"note: gray-tvm: left out of build_matrix.yaml: gray-tvm/build.toml:{tvm_line}:1: "
-        "[tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and [torch-noarch] kernels)",
+        f"note: gray-two: left out of build_matrix.yaml: gray-two/build.toml:{second}:1: "
+        "a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] (found [torch], [torch-noarch])",
     ]
 
     shutil.rmtree(tmp_path / "gray")
+    shutil.rmtree(tmp_path / "gray-tvm")
     for written in (tmp_path / "build_matrix.yaml", tmp_path / WORKFLOW):
         written.unlink()
     result = init(cwd=tmp_path)
     assert result.returncode == 2 and not (tmp_path / "build_matrix.yaml").exists()
     assert result.stderr.splitlines()[0].startswith("error: .: holds no build.toml kernel-matrix builds")
-    assert [line.split(":")[1].strip() for line in result.stderr.splitlines()[1:]] == ["gray-metal", "gray-tvm"]
+    assert [line.split(":")[1].strip() for line in result.stderr.splitlines()[1:]] == ["gray-metal", "gray-two"]
 
 
 def test_init_leaves_out_a_second_kernel_of_one_name_and_one_outside_the_grid(tmp_path):

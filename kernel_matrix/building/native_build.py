@@ -56,6 +56,7 @@ from kernel_matrix.config.buildtoml import (
     RocmKernel,
     Torch,
     TpuGeneral,
+    TvmFfi,
     XpuKernel,
     load_build_toml,
 )
@@ -72,9 +73,9 @@ from kernel_matrix.planning.capabilities import (
     variant_archs,
 )
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
-from kernel_matrix.planning.toolchain import Nvcc, Toolchain, TorchInstall
+from kernel_matrix.planning.toolchain import TVM_FFI_REQUIREMENT, Nvcc, Toolchain, TorchInstall, TvmFfiInstall
 from kernel_matrix.planning.torch_cuda import cuda_mismatch
-from kernel_matrix.planning.variants import Variant, torch_minor
+from kernel_matrix.planning.variants import TVM_FFI_VERSION, Variant, torch_minor
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -87,6 +88,8 @@ COMPAT_INCLUDE = PACKAGE_DIR / "compat" / "glibc-2.28"
 COMPAT_SYMBOLS = COMPAT_INCLUDE / "kernel_matrix_symbols.h"
 # registration.h: the macros a kernel-builder binding uses (TORCH_LIBRARY_EXPAND...).
 REGISTRATION_INCLUDE = PACKAGE_DIR / "include"
+# A tvm-ffi library's C++ standard: its CMake package's (tvm_ffi::header, cxx_std_17).
+TVM_FFI_CXX_STANDARD = "17"
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ class BuildPlan:
     # What __DATE__ and __TIME__ expand to (recorded in metadata.json; it changes the
     # bytes, not the op namespace): the caller's SOURCE_DATE_EPOCH, or a rebuild's record.
     source_date_epoch: str = DEFAULT_SOURCE_DATE_EPOCH
+    # A [tvm-ffi] kernel's: the apache-tvm-ffi it compiles against instead of torch.
+    tvm_ffi: TvmFfiInstall | None = None
 
     @property
     def backend(self) -> str:
@@ -136,8 +141,26 @@ class BuildPlan:
 
     @property
     def torch_section(self) -> Torch:
-        assert self.config.torch is not None, "a native build needs [torch]"
+        assert self.config.torch is not None, "a torch extension's build needs [torch]"
         return self.config.torch
+
+    @property
+    def binding(self) -> Torch | TvmFfi:
+        """The section of the binding's sources: [torch], or [tvm-ffi] (src, include, cxx-flags)."""
+        binding = self.config.torch or self.config.tvm_ffi
+        assert binding is not None, "a compiled kernel has [torch] or [tvm-ffi]"
+        return binding
+
+    @property
+    def package_dir(self) -> Path:
+        """The kernel's Python package: torch-ext/<name>/, or tvm-ffi-ext/<name>/."""
+        return self.kernel_dir / self.config.ext_dir / self.config.general.python_name
+
+    @property
+    def library_name(self) -> str:
+        """The compiled library: a torch extension is a Python (abi3) module; a tvm-ffi one
+        is a plain library that tvm_ffi.load_module opens (kernel-builder: `<ops>.so`)."""
+        return f"{self.module}.so" if self.tvm_ffi else f"{self.module}.abi3.so"
 
     def defines(self) -> list[str]:
         """What every source of the extension is compiled with, as kernel-builder's
@@ -146,6 +169,8 @@ class BuildPlan:
         binding's object is cached across source changes); a kernel's own
         registration.h registers under TORCH_EXTENSION_NAME itself and defines
         PyInit_<it>, so there it is the build's unique module name, as in kernel-builder."""
+        if self.tvm_ffi is not None:  # kernel-builder's tvm-ffi preamble: no torch, no Python
+            return [{"cuda": "CUDA_KERNEL", "cpu": "CPU_KERNEL"}[self.backend], f"TVM_FFI_EXTENSION_NAME={self.module}"]
         backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
         stable = self.torch_section.stable_abi_for(self.backend)
         return [
@@ -171,18 +196,19 @@ class BuildPlan:
         """The kernel's own registration.h, if it ships one (older kernels, upstream's
         cutlass-gemm example): where `#include "registration.h"` finds it before
         kernel-matrix's, beside the binding's sources or in [torch] include."""
+        if self.config.torch is None:
+            return None  # registration.h is a torch binding's
         folders = [self.kernel_dir / "torch-ext", *((self.kernel_dir / s).parent for s in self.torch_section.src)]
         folders += [self.kernel_dir / d for d in self.torch_section.include]
         return next((f / "registration.h" for f in folders if (f / "registration.h").is_file()), None)
 
     def source_files(self) -> list[str]:
-        files = set(self.torch_section.src)
+        files = set(self.binding.src)
         for kernel in self.sections().values():
             files.update(kernel.src)
-        package = self.kernel_dir / "torch-ext" / self.config.general.python_name
         files.update(
             str(p.relative_to(self.kernel_dir))
-            for p in package_files(package, self.kernel_dir, self.config.package_suffixes)
+            for p in package_files(self.package_dir, self.kernel_dir, self.config.package_suffixes)
         )
         return sorted(files)
 
@@ -220,7 +246,7 @@ def plan_build(
     return plan(
         kernel_dir,
         config,
-        Toolchain.probe(python),
+        Toolchain.probe(python, tvm_ffi=config.tvm_ffi is not None),
         backend=backend,
         cuda_capabilities=cuda_capabilities,
         source_date_epoch=caller_source_date_epoch(),
@@ -240,31 +266,32 @@ def plan(
     backend: None for the CUDA variant where the toolchain builds one, else the CPU one.
     cuda_capabilities replaces the CUDA version's default list (a matrix cell passes its own)."""
     kernel_dir = kernel_dir.resolve()
-    package_files(
-        kernel_dir / "torch-ext" / config.general.python_name, kernel_dir, config.package_suffixes
-    )  # links out: early
+    package_files(kernel_dir / config.ext_dir / config.general.python_name, kernel_dir, config.package_suffixes)
     torch, nvcc = toolchain.torch, toolchain.nvcc
+    tvm_ffi = _tvm_ffi_of(config, toolchain, kernel_dir)
     if backend is None:
-        # The CUDA variant when it can be built here; otherwise the CPU one.
-        can_build_cuda = torch.cuda and nvcc is not None and "cuda" in config.general.backends
+        # The CUDA variant when it can be built here; otherwise the CPU one. A tvm-ffi
+        # kernel does not link torch: nvcc alone decides.
+        can_build_cuda = (torch.cuda or tvm_ffi) and nvcc is not None and "cuda" in config.general.backends
         backend = "cuda" if can_build_cuda else "cpu"
     if backend not in config.general.backends:
         raise ConfigError(
             f"{kernel_dir / 'build.toml'}: backend '{backend}' is not in general.backends {config.general.backends}"
         )
     if backend == "cuda":
-        if not torch.cuda:
+        if not torch.cuda and not tvm_ffi:
             raise ToolchainError(
                 f"torch {torch.version} ({torch.python}) is a CPU build: a CUDA variant "
                 "needs a CUDA build of torch (or build with --backend cpu)"
             )
         if nvcc is None:
             raise ToolchainError("nvcc not found (set CUDA_HOME or put nvcc on PATH), or build with --backend cpu")
-        if reason := cuda_mismatch(torch.cuda, nvcc.version, exact=False):
+        if torch.cuda and not tvm_ffi and (reason := cuda_mismatch(torch.cuda, nvcc.version, exact=False)):
             raise ToolchainError(f"nvcc {nvcc.version} cannot build for torch {torch.version}: {reason}")
     elif backend != "cpu":
         raise ToolchainError(f"native builds support the cpu and cuda backends, not '{backend}'")
-    cuda = torch.cuda if backend == "cuda" else None
+    # A torch extension is for its torch's CUDA; a tvm-ffi library for the toolkit that compiled it.
+    cuda = (nvcc.version if tvm_ffi and nvcc else torch.cuda) if backend == "cuda" else None
     if refusal := config.refuses(backend, torch_minor(torch.version), cuda):
         raise ToolchainError(f"{kernel_dir / 'build.toml'}: {refusal}: this torch and CUDA cannot build it")
     stable = config.torch.stable_abi_for(backend) if config.torch else None
@@ -275,7 +302,12 @@ def plan(
         )
     # A stable-ABI build is named for the ABI version, not the torch it was built with.
     variant = Variant(
-        torch=torch_minor(torch.version), backend=backend, cuda=cuda, arch=toolchain.arch, stable_abi=stable or None
+        torch=torch_minor(torch.version),
+        backend=backend,
+        cuda=cuda,
+        arch=toolchain.arch,
+        stable_abi=stable or None,
+        tvm_ffi=tvm_ffi.minor if tvm_ffi else None,
     )
     sections: dict[str, list[str]] = {}
     capabilities: list[str] = []
@@ -299,7 +331,26 @@ def plan(
         archs=archs,
         section_capabilities=sections,
         source_date_epoch=source_date_epoch,
+        tvm_ffi=tvm_ffi,
     )
+
+
+def _tvm_ffi_of(config: BuildConfig, toolchain: Toolchain, kernel_dir: Path) -> TvmFfiInstall | None:
+    """The apache-tvm-ffi a [tvm-ffi] kernel builds against (None for the others): one of
+    the tvm-ffi ABI kernel-builder builds for, which the loader's tvm-ffi then picks."""
+    if config.tvm_ffi is None:
+        return None
+    found = toolchain.tvm_ffi
+    if found is None:  # a toolchain probed without it (Toolchain.probe(tvm_ffi=True) probes it)
+        raise ToolchainError(
+            f"{kernel_dir / 'build.toml'}: a [tvm-ffi] kernel needs apache-tvm-ffi ({TVM_FFI_REQUIREMENT})"
+        )
+    if found.minor != TVM_FFI_VERSION:
+        raise ToolchainError(
+            f"{kernel_dir / 'build.toml'}: apache-tvm-ffi {found.version} is installed; [tvm-ffi] kernels are built "
+            f"against tvm-ffi {TVM_FFI_VERSION}, as kernel-builder builds them (pip install '{TVM_FFI_REQUIREMENT}')"
+        )
+    return found
 
 
 def _check_compilable(capabilities: list[str], cuda_version: str) -> None:
@@ -386,29 +437,31 @@ def build_steps(
     source that reads no torch header still makes the same object for every
     torch version (the command lines are the same in every builder image), so
     the object cache shares it."""
-    kernel_dir, torch_section = plan.kernel_dir, plan.torch_section
-    generated = work / "generated"
-    generated.mkdir(parents=True, exist_ok=True)
-    module_source = generated / "module.cpp"
-    # Weak where the kernel's own registration.h defines PyInit_<module> (REGISTER_EXTENSION):
-    # the linker takes the kernel's, and this one only where its binding defines none.
-    weak = "__attribute__((weak)) " if plan.own_registration() else ""
-    module_source.write_text(render_template("module.cpp.in", module=plan.module, linkage=weak))
+    kernel_dir, binding, tvm_ffi = plan.kernel_dir, plan.binding, plan.tvm_ffi
     defines = plan.defines()
     compiles: list[Step] = []
 
-    torch_includes = [REGISTRATION_INCLUDE]
-    # torch's, Python's and CUDA's headers: -isystem, as CMake passes those of imported targets.
-    system_includes = [*plan.torch.include_dirs, plan.torch.python_include]
-    if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
-        system_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
-    # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
-    # the flag it silently runs on one thread.
-    openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
+    if tvm_ffi is None:
+        binding_includes = [REGISTRATION_INCLUDE]
+        # torch's, Python's and CUDA's headers: -isystem, as CMake passes those of imported targets.
+        system_includes = [*plan.torch.include_dirs, plan.torch.python_include]
+        if plan.nvcc is not None:  # the toolkit's headers first, then those of torch's CUDA library wheels
+            system_includes += [plan.nvcc.cuda_home / "include", *plan.torch.cuda_library_include_dirs]
+        # at::parallel_for is inline OpenMP when torch is built with OpenMP: without
+        # the flag it silently runs on one thread.
+        openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
+        std = cxx_standard(plan.torch.version)
+        installed = {plan.torch.torch_dir.parent: "site-packages", plan.torch.python_include: "python-include"}
+    else:
+        # A tvm-ffi library sees tvm-ffi's headers (and dlpack's), CUDA's, and no torch or Python.
+        binding_includes = []
+        system_includes = [*tvm_ffi.include_dirs, *([plan.nvcc.cuda_home / "include"] if plan.nvcc else [])]
+        openmp = []
+        std = TVM_FFI_CXX_STANDARD
+        installed = {tvm_ffi.package.parent: "site-packages"}
     # kernel-builder's target includes the kernel's csrc/ for every source (utils.cmake,
     # `target_include_directories(... PRIVATE csrc ...)`): csrc/cpu/x.cpp finds csrc/x.h.
     csrc = [kernel_dir / "csrc"] if (kernel_dir / "csrc").is_dir() else []
-    std = cxx_standard(plan.torch.version)
     # Insertion-ordered, not a set: a set's order changes from run to run, and
     # so would the binding's command line (and its cache key).
     section_dirs: dict[Path, None] = {}
@@ -417,8 +470,7 @@ def build_steps(
     path_map = PathMap(
         {
             kernel_dir: plan.config.general.name,
-            plan.torch.torch_dir.parent: "site-packages",
-            plan.torch.python_include: "python-include",
+            **installed,
             REGISTRATION_INCLUDE.parent: "kernel_matrix",
             # A pin's folder is named by its digest, an override's by the host: both recorded by name.
             **{found.folder: f"deps/{name}" for name, found in dependencies.items()},
@@ -486,7 +538,7 @@ def build_steps(
         step = compile_step(
             source,
             output,
-            [*use.section_includes, *use.dependency_includes, *torch_includes],
+            [*use.section_includes, *use.dependency_includes, *binding_includes],
             use.cxx_flags,
             use.cuda_flags,
             use.capabilities,
@@ -495,14 +547,56 @@ def build_steps(
         if step is not None:
             compiles.append(step)
     # The binding sees its own include dirs and the sections' (as one CMake target does).
-    binding_includes = [*(kernel_dir / d for d in torch_section.include), *section_dirs, *torch_includes]
-    for src in torch_section.src:
+    own_includes = [*(kernel_dir / d for d in binding.include), *section_dirs, *binding_includes]
+    for src in binding.src:
         source = kernel_dir / src
-        output = work / "obj" / "torch" / (src.replace("/", "__") + ".o")
-        step = compile_step(source, output, binding_includes, torch_section.cxx_flags, [], plan.capabilities)
+        output = work / "obj" / ("torch" if tvm_ffi is None else "tvm-ffi") / (src.replace("/", "__") + ".o")
+        step = compile_step(source, output, own_includes, binding.cxx_flags, [], plan.capabilities)
         if step is not None:
             compiles.append(step)
-    # The build's own module: a few lines, compiled every time (not cached: its path is the stage's).
+    if tvm_ffi is None:
+        compiles.append(_module_step(plan, work, path_map, scratch, std))
+    # nvcc compiles a file's CUDA architectures in parallel with the cores the
+    # other compiles leave idle (one .cu among four compiles on 16 cores: 4 threads).
+    threads = parallel.nvcc_threads(len(compiles)) if parallel else 1
+    if plan.nvcc is not None and threads > 1:
+        nvcc = str(plan.nvcc.path)
+        compiles = [
+            replace(s, tuning=(*s.tuning, f"--threads={threads}")) if s.argv[0] == nvcc else s for s in compiles
+        ]
+
+    if tvm_ffi is None:
+        libs = ["c10", "torch", "torch_cpu"]
+        lib_dirs = [plan.torch.lib_dir]
+    else:  # libtvm_ffi.so, by its file name (tvm-ffi's CMake package links the file itself)
+        libs, lib_dirs = [f":{tvm_ffi.library.name}"], [tvm_ffi.library.parent]
+    if plan.nvcc is not None and tvm_ffi is None:
+        cudart = plan.nvcc.cudart
+        libs += ["c10_cuda", "torch_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
+        lib_dirs.append(cudart.parent)
+    elif plan.nvcc is not None:
+        # CMake's default for a CUDA library (CMAKE_CUDA_RUNTIME_LIBRARY Static), as kernel-builder
+        # links a tvm-ffi one: no torch loads a libcudart.so for it. And cudart_static's own needs.
+        cudart = plan.nvcc.cudart_static
+        libs += [f":{cudart.name}", "dl", "pthread", "rt"]
+        lib_dirs.append(cudart.parent)
+    link = Step(
+        f"link {so_path.name}",
+        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),
+        so_path,
+    )
+    return compiles, link
+
+
+def _module_step(plan: BuildPlan, work: Path, path_map: PathMap, scratch: PathMap, std: str) -> Step:
+    """The torch extension's own module (PyInit_<module>): a few lines, compiled every
+    time (not cached: its path is the stage's)."""
+    module_source = work / "generated" / "module.cpp"
+    module_source.parent.mkdir(parents=True, exist_ok=True)
+    # Weak where the kernel's own registration.h defines PyInit_<module> (REGISTER_EXTENSION):
+    # the linker takes the kernel's, and this one only where its binding defines none.
+    weak = "__attribute__((weak)) " if plan.own_registration() else ""
+    module_source.write_text(render_template("module.cpp.in", module=plan.module, linkage=weak))
     argv = cxx_compile(
         plan.cxx,
         module_source,
@@ -515,28 +609,7 @@ def build_steps(
         # In the stage: mapped like the scratch folder (this step is never cached).
         path_map=PathMap({**path_map.folders, **scratch.folders}),
     )
-    compiles.append(Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o"))
-    # nvcc compiles a file's CUDA architectures in parallel with the cores the
-    # other compiles leave idle (one .cu among four compiles on 16 cores: 4 threads).
-    threads = parallel.nvcc_threads(len(compiles)) if parallel else 1
-    if plan.nvcc is not None and threads > 1:
-        nvcc = str(plan.nvcc.path)
-        compiles = [
-            replace(s, tuning=(*s.tuning, f"--threads={threads}")) if s.argv[0] == nvcc else s for s in compiles
-        ]
-
-    libs = ["c10", "torch", "torch_cpu"]
-    lib_dirs = [plan.torch.lib_dir]
-    if plan.nvcc is not None:
-        cudart = plan.nvcc.cudart
-        libs += ["c10_cuda", "torch_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
-        lib_dirs.append(cudart.parent)
-    link = Step(
-        f"link {so_path.name}",
-        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),
-        so_path,
-    )
-    return compiles, link
+    return Step("compile module.cpp (generated)", argv, work / "obj" / "module.cpp.o")
 
 
 def declared_dependencies(config: BuildConfig) -> set[Dependency]:
@@ -567,13 +640,14 @@ class BuildResult:
 
 def toolchain_record(plan: BuildPlan) -> dict[str, str]:
     """What compiled plan's variant, as metadata.json's provenance records it (and verify compares)."""
-    return toolchain(
+    record = toolchain(
         torch_version=plan.torch.version,
         python=plan.torch.python,
         cxx=plan.cxx,
         nvcc=str(plan.nvcc.path) if plan.nvcc else None,
         source_date_epoch=plan.source_date_epoch,
     )
+    return record | ({"tvm-ffi": plan.tvm_ffi.version} if plan.tvm_ffi else {})
 
 
 def build_variant(
@@ -603,7 +677,7 @@ def build_variant(
 
     with staged(final) as stage:
         work = stage / ".work"
-        so_path = stage / f"{plan.module}.abi3.so"
+        so_path = stage / plan.library_name
         compiles, link = build_steps(plan, work, so_path, parallel=parallel)
         if cache is not None:  # what each compile is looked up by: why a build missed another's objects
             write_key_record(
@@ -633,11 +707,12 @@ def build_variant(
         check_shared_libstdcxx(so_path, plan.cxx)
         write_python_package(
             stage,
-            plan.kernel_dir / "torch-ext" / general.python_name,
+            plan.package_dir,
             name=general.python_name,
             module=plan.module,
             kernel_dir=plan.kernel_dir,
             suffixes=plan.config.package_suffixes,
+            ops_template="_ops_tvm_ffi.py.in" if plan.tvm_ffi else "_ops.py.in",
         )
         write_metadata(
             stage,
@@ -752,7 +827,7 @@ def build_noarch(
                 module=module,
                 kernel_dir=kernel_dir,
                 suffixes=config.package_suffixes,
-                noarch=True,
+                ops_template="_ops_noarch.py.in",
             )
             write_metadata(
                 stage,

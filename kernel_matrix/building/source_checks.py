@@ -29,15 +29,16 @@ MAX_PYTHON_BYTES = 4 * 1024 * 1024
 
 def check_kernel_sources(kernel_dir: Path, config: BuildConfig) -> None:
     """Both checks, before anything of a build is written."""
-    check_layout(kernel_dir, config.general.python_name)
-    check_op_registrations(kernel_dir)
+    check_layout(kernel_dir, config.general.python_name, config.ext_dir)
+    if config.tvm_ffi is None:  # a tvm-ffi kernel registers no torch ops of its own build
+        check_op_registrations(kernel_dir)
 
 
-def check_layout(kernel_dir: Path, python_name: str) -> None:
-    """kernel-layout-check: torch-ext/<python_name>/ has an __init__.py and no
-    <python_name> package inside it (the loader's old location), as the check sees the
-    source set: its Python files only."""
-    package = kernel_dir / "torch-ext" / python_name
+def check_layout(kernel_dir: Path, python_name: str, ext_dir: str = "torch-ext") -> None:
+    """kernel-layout-check: <ext_dir>/<python_name>/ (torch-ext/, or tvm-ffi-ext/) has an
+    __init__.py and no <python_name> package inside it (the loader's old location), as
+    the check sees the source set: its Python files only."""
+    package = kernel_dir / ext_dir / python_name
     if not (package / "__init__.py").is_file():
         raise ConfigError(
             f"{package}: the kernel's Python package has no __init__.py (kernel-builder's layout check "

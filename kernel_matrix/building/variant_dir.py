@@ -78,17 +78,16 @@ def write_python_package(
     module: str,
     kernel_dir: Path,
     suffixes: frozenset[str],
-    noarch: bool = False,
+    ops_template: str = "_ops.py.in",
 ) -> None:
     """Copy the kernel's Python package (subpackages too, and the data files its
-    pyext names) and generate _ops.py (noarch: no extension module to import)."""
+    pyext names) and generate _ops.py from ops_template: a torch extension's (_ops.py.in),
+    a Python-only kernel's (_ops_noarch.py.in: no library) or a tvm-ffi library's."""
     for source in package_files(package_src, kernel_dir, suffixes):
         target = variant_dir / source.relative_to(package_src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (variant_dir / "_ops.py").write_text(
-        render_template("_ops_noarch.py.in" if noarch else "_ops.py.in", module=module)
-    )
+    (variant_dir / "_ops.py").write_text(render_template(ops_template, module=module))
 
 
 def variant_files(variant_dir: Path) -> list[Path]:

@@ -36,8 +36,9 @@ def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None =
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
     depends = metadata.get("python-depends") if isinstance(metadata, dict) else None
+    framework = framework_requirements(variant_dir.name)
     if not depends:
-        return []
+        return framework
     if not isinstance(depends, list) or not all(isinstance(name, str) for name in depends):
         raise ConfigError(f"{path}: python-depends is not a list of names: {json.dumps(depends)[:80]}")
     recorded = metadata.get("backend")
@@ -46,7 +47,7 @@ def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None =
         raise ConfigError(f"{path}: backend {json.dumps(backend_type)[:40]}, but the cell is {backend}")
     table = dependency_table() if table is None else table
     own = table.get("backends", {}).get(backend_type, {})
-    packages: list[str] = []
+    packages: list[str] = list(framework)
     for name in depends:
         info = table.get("general", {}).get(name) or own.get(name)
         if info is None:
@@ -56,6 +57,21 @@ def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None =
             )
         packages += [p["pkg"] for p in info.get("python", []) if p.get("pkg") not in packages]
     return packages
+
+
+def framework_requirements(variant: str) -> list[str]:
+    """What the variant's framework needs beyond torch: a tvm-ffi<MAJ><MIN> variant, the
+    apache-tvm-ffi of that minor (the loader picks such a variant only where it is installed)."""
+    from kernels.variants import TvmFfi, parse_variant
+
+    try:
+        framework = getattr(parse_variant(variant), "framework", None)
+    except ValueError:
+        return []
+    if not isinstance(framework, TvmFfi):
+        return []
+    major, minor = framework.version.major, framework.version.minor
+    return [f"apache-tvm-ffi>={major}.{minor},<{major}.{minor + 1}"]
 
 
 def main(argv: list[str]) -> int:

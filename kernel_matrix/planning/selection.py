@@ -9,7 +9,9 @@ torch and CUDA ranges), as kernel-builder filters its build sets
 - a backend built against torch's stable ABI gets one cell per CUDA version and
   arch, built with the newest torch of the selection, named torch-stable-abi<XY>-...;
 - a Python-only kernel ([torch-noarch]) gets one cell per backend, torch-<backend>,
-  tested with the newest torch of the selection.
+  tested with the newest torch of the selection;
+- a [tvm-ffi] kernel (no torch in its library) gets one cell per CUDA version and arch
+  and a CPU one per arch, tvm-ffi01-..., built and tested in the newest torch's builder.
 
 Without a matrix file (the default build_matrix.yaml missing) in a kernel's folder
 (a build.toml there, or --kernel-dir), the matrix is the one kernel-matrix ships,
@@ -50,6 +52,7 @@ from kernel_matrix.planning.matrix import (
     load_matrix,
     select,
 )
+from kernel_matrix.planning.variants import TVM_FFI_VERSION
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,14 +105,19 @@ def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
         stable = config.torch.stable_abi_for(v.backend) if config.torch else None
         archs, refusal = _archs(kernel, cell)
         mine = dataclasses.replace(cell, kernel=kernel.name, archs=archs, refusal=refusal)
-        if stable is None:
-            cells[v.name] = mine
-        elif Version(v.torch) >= Version(str(stable)):
-            # One variant per CUDA version and arch: the grid is in torch order, so the
-            # newest torch's cell replaces (and moves behind) the older ones.
+        if config.tvm_ffi is not None:
+            variant = dataclasses.replace(v, tvm_ffi=TVM_FFI_VERSION)
+        elif stable is not None and Version(v.torch) >= Version(str(stable)):
             variant = dataclasses.replace(v, stable_abi=str(stable))
-            cells.pop(variant.name, None)
-            cells[variant.name] = dataclasses.replace(mine, variant=variant)
+        elif stable is None:
+            cells[v.name] = mine
+            continue
+        else:
+            continue  # a torch older than the stable ABI the backend is built against
+        # One variant per CUDA version and arch: the grid is in torch order, so the
+        # newest torch's cell replaces (and moves behind) the older ones.
+        cells.pop(variant.name, None)
+        cells[variant.name] = dataclasses.replace(mine, variant=variant)
     return list(cells.values())
 
 

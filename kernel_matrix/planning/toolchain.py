@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from kernel_matrix.errors import ToolchainError
 from kernel_matrix.planning.matrix import Machine
 from kernel_matrix.planning.variants import host_arch
@@ -98,6 +100,68 @@ def probe_torch(python: str | None = None) -> TorchInstall:
     return torch
 
 
+# Runs in the target interpreter: where apache-tvm-ffi's headers and library are
+# (tvm_ffi.libinfo, what its CMake package reads through `python -m tvm_ffi.config`).
+_TVM_FFI_PROBE = r"""
+import json, sys
+try:
+    import tvm_ffi
+    from tvm_ffi import libinfo
+except ImportError as exc:
+    print(json.dumps({"error": f"{exc}"}))
+    raise SystemExit(0)
+print(json.dumps({
+    "package": tvm_ffi.__path__[0],
+    "version": tvm_ffi.__version__,
+    "include": libinfo.find_include_path(),
+    "dlpack_include": libinfo.find_dlpack_include_path(),
+    "library": libinfo.find_libtvm_ffi(),
+}))
+"""
+# What a [tvm-ffi] kernel's builder installs (kernel-builder builds with apache-tvm-ffi 0.1).
+TVM_FFI_REQUIREMENT = "apache-tvm-ffi>=0.1,<0.2"
+
+
+@dataclass(frozen=True)
+class TvmFfiInstall:
+    """apache-tvm-ffi in the build's Python: a [tvm-ffi] kernel compiles against its
+    headers and links its libtvm_ffi.so (which the `tvm_ffi` module has loaded when
+    the kernel's library is loaded through it)."""
+
+    package: Path  # site-packages/tvm_ffi
+    version: str  # "0.1.15.post2"
+    include_dirs: tuple[Path, ...]  # tvm/ffi and dlpack
+    library: Path  # .../tvm_ffi/lib/libtvm_ffi.so
+
+    @property
+    def minor(self) -> str:
+        """'0.1.15.post2' -> '0.1': the variant's tvm-ffi version."""
+        release = Version(self.version).release
+        return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+
+
+def probe_tvm_ffi(python: str) -> TvmFfiInstall:
+    try:
+        result = subprocess.run(
+            [python, "-c", _TVM_FFI_PROBE], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"cannot run the Python interpreter {python!r}: {exc}") from None
+    info = json.loads(result.stdout) if result.returncode == 0 and result.stdout.strip() else {}
+    if "error" in info or not info:
+        why = info.get("error") or (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolchainError(
+            f"a [tvm-ffi] kernel is built against apache-tvm-ffi, which {python} cannot import ({why}): "
+            f"pip install '{TVM_FFI_REQUIREMENT}'"
+        )
+    return TvmFfiInstall(
+        package=Path(info["package"]),
+        version=info["version"],
+        include_dirs=(Path(info["include"]), Path(info["dlpack_include"])),
+        library=Path(info["library"]),
+    )
+
+
 @dataclass(frozen=True)
 class Nvcc:
     path: Path
@@ -112,6 +176,14 @@ class Nvcc:
             if found:
                 return found[0]
         raise ToolchainError(f"no libcudart.so under {self.cuda_home} (set CUDA_HOME to the toolkit root)")
+
+    @property
+    def cudart_static(self) -> Path:
+        """The static CUDA runtime, beside the shared one (toolkits and PyPI's wheel ship both)."""
+        static = self.cudart.parent / "libcudart_static.a"
+        if not static.is_file():
+            raise ToolchainError(f"no libcudart_static.a beside {self.cudart} (set CUDA_HOME to the toolkit root)")
+        return static
 
 
 def find_nvcc() -> Nvcc | None:
@@ -162,10 +234,19 @@ class Toolchain:
     nvcc: Nvcc | None
     cxx: str
     arch: str  # the CPU the variant is for: x86_64, aarch64
+    tvm_ffi: TvmFfiInstall | None = None  # probed for a [tvm-ffi] kernel only
 
     @staticmethod
-    def probe(python: str | None = None) -> Toolchain:
-        return Toolchain(torch=probe_torch(python), nvcc=find_nvcc(), cxx=find_cxx(), arch=host_arch())
+    def probe(python: str | None = None, *, tvm_ffi: bool = False) -> Toolchain:
+        torch = probe_torch(python)
+        return Toolchain(
+            torch=torch,
+            nvcc=find_nvcc(),
+            cxx=find_cxx(),
+            arch=host_arch(),
+            # the interpreter as given (a wrapper's environment too), as the torch probe runs it
+            tvm_ffi=probe_tvm_ffi(python or sys.executable) if tvm_ffi else None,
+        )
 
 
 def this_machine() -> Machine:

@@ -3,9 +3,10 @@
 `torch<MAJ><MIN>-cxx11-<compute>-<cpu>-linux`, e.g. torch214-cxx11-cu130-x86_64-linux;
 `torch-stable-abi<MAJ><MIN>-<compute>-<cpu>-linux` for a kernel built against torch's
 stable ABI (one variant serves every torch from that version on); `torch-<backend>` for
-a Python-only kernel. Named as kernel-builder names them (nix-builder/lib/variants/torch.nix)
-and as the `kernels` loader parses them (tests check every name we produce with
-kernels.variants.parse_variant)."""
+a Python-only kernel; `tvm-ffi<MAJ><MIN>-<compute>-<cpu>-linux` for a [tvm-ffi] kernel
+(no torch in it: one variant per compute and arch). Named as kernel-builder names them
+(nix-builder/lib/variants/torch.nix and tvm-ffi.nix) and as the `kernels` loader parses
+them (tests check every name we produce with kernels.variants.parse_variant)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from kernel_matrix.planning.torch_cuda import (
 CPU_ARCHS = ("x86_64", "aarch64")
 # A noarch (Python-only) variant's name, torch-<backend>: Variant.name writes it.
 NOARCH_VARIANT = re.compile(r"^torch-[a-z]+\Z")
+# The tvm-ffi ABI a [tvm-ffi] kernel is built against: kernel-builder's one (nix-builder
+# versions.nix, tvmFfiVersion), so the loader's tvm-ffi 0.1.x picks these variants.
+TVM_FFI_VERSION = "0.1"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Variant:
     arch: str  # "x86_64" or "aarch64"
     stable_abi: str | None = None  # "2.10": built against torch's stable ABI of that version
     noarch: bool = False  # Python only: one variant per backend, for every torch and arch
+    tvm_ffi: str | None = None  # "0.1": a [tvm-ffi] kernel, built against that tvm-ffi, not torch
 
     def __post_init__(self) -> None:
         if (self.backend == "cuda") != (self.cuda is not None):
@@ -44,6 +49,8 @@ class Variant:
             raise ValueError(f"unsupported CPU architecture {self.arch!r} (supported: {', '.join(CPU_ARCHS)})")
         if self.noarch and self.stable_abi:
             raise ValueError("a noarch variant has no stable ABI version")
+        if self.tvm_ffi and (self.noarch or self.stable_abi):
+            raise ValueError("a tvm-ffi variant is neither noarch nor built against torch's stable ABI")
 
     @property
     def compute(self) -> str:
@@ -53,6 +60,8 @@ class Variant:
     def name(self) -> str:
         if self.noarch:
             return f"torch-{self.backend}"
+        if self.tvm_ffi:
+            return f"tvm-ffi{_flat(self.tvm_ffi)}-{self.compute}-{self.arch}-linux"
         if self.stable_abi:
             return f"torch-stable-abi{_flat(self.stable_abi)}-{self.compute}-{self.arch}-linux"
         return f"{torch_tag(self.torch)}-cxx11-{self.compute}-{self.arch}-linux"
