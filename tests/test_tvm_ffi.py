@@ -161,3 +161,61 @@ def test_wheels_of_a_tvm_ffi_kernel_say_there_are_none_to_make(tmp_path):
         "error: gray-tvm-ffi: legacy wheels are made of torch extensions ([torch]), not of [tvm-ffi] or "
         "Python-only kernels; their tvm-ffi01-... and torch-<backend> folders are what `kernels` loads\n"
     )
+
+
+@pytest.mark.build
+def test_published_tvm_ffi_variants_are_what_get_kernel_picks(tmp_path):
+    """publish to the Hub-protocol server on loopback, then the real loader in a fresh process:
+    with tvm_ffi installed it takes this machine's tvm-ffi01 variant from the v1 branch."""
+    import os
+    import secrets
+
+    from hubserver import HubServer
+
+    kernel = tvm_ffi_kernel(tmp_path)
+    build = tmp_path / "build"
+    backends = ["cpu", *(["cuda"] if shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists() else [])]
+    for backend in backends:
+        capabilities = ["--cuda-capabilities", "9.0"] if backend == "cuda" else []
+        built = kernel_matrix(
+            "build", "--kernel-dir", str(kernel), "--build-dir", str(build), "--backend", backend, *capabilities
+        )
+        assert built.returncode == 0, built.stderr
+    variants = sorted(d.name for d in build.iterdir() if (d / "metadata.json").is_file())
+    env = {**os.environ, "HF_HUB_DISABLE_XET": "1", "HF_HUB_CACHE": str(tmp_path / "hf-cache")}
+    env.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    with HubServer(trusted_orgs=["kernel-matrix"]) as hub:
+        env["HF_ENDPOINT"] = hub.url
+        published = kernel_matrix(
+            "publish",
+            "--kernel-dir",
+            str(kernel),
+            "--build-dir",
+            str(build),
+            "--allow-partial",
+            "--manylinux",
+            "none",
+            cwd=tmp_path,
+            env={**env, "HF_TOKEN": "hf_" + secrets.token_hex(16)},
+        )
+        assert published.returncode == 0, published.stderr
+        on_branch = {
+            path.split("/")[1] for path in hub.files("kernel-matrix/gray-tvm-ffi", "v1") if path.startswith("build/")
+        }
+        assert sorted(on_branch) == variants
+        # The loader's own choice where this host has both; the CPU variant asked for where only it was built.
+        choose = "" if len(variants) > 1 else ', backend="cpu"'
+        script = (
+            "import kernels, torch\n"
+            f'gray = kernels.get_kernel("kernel-matrix/gray-tvm-ffi", version=1{choose})\n'
+            "rgb = torch.full((4, 5, 3), 100, dtype=torch.uint8)\n"
+            "out = torch.empty((4, 5), dtype=torch.uint8)\n"
+            "assert gray.img2gray(rgb, out).eq(100).all()\n"
+            "print(gray.__file__)\n"
+        )
+        loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert loaded.returncode == 0, loaded.stderr
+    import torch
+
+    expected = next(v for v in variants if ("-cpu-" in v) == (torch.version.cuda is None or len(variants) == 1))
+    assert f"/build/{expected}/__init__.py" in loaded.stdout, loaded.stdout
