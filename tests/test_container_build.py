@@ -439,8 +439,9 @@ def test_a_kernels_sources_are_checked_once_on_the_host_before_any_cell_builds(m
 def test_a_tvm_ffi_cell_builds_in_the_offline_builder_up_to_its_abi_gate(local_cuda_cell, object_cache, tmp_path):
     """The builder images hold apache-tvm-ffi: a [tvm-ffi] kernel's CUDA cell compiles and links
     there like a torch extension's. tvm-ffi's headers construct std::ostringstream (GLIBCXX
-    3.4.26), which only the official builder's gcc-toolset keeps manylinux_2_28-clean: the
-    offline builder's gate refuses the library and says so, and keeps nothing."""
+    3.4.26) and the static CUDA runtime binds glibc's newest symbols, which only the official
+    builder (glibc 2.28, gcc-toolset) keeps manylinux_2_28-clean: the offline builder's gate
+    refuses the library, says so, and keeps nothing."""
     from conftest import tvm_ffi_kernel
 
     kernel = tvm_ffi_kernel(tmp_path)
@@ -457,5 +458,6 @@ def test_a_tvm_ffi_cell_builds_in_the_offline_builder_up_to_its_abi_gate(local_c
     line = next(row for row in summary.splitlines() if f"| {name} |" in row)
     # Linked (the gate reads the library: tvm_ffi was there to compile and link against), then refused.
     assert "_gray_tvm_ffi_cuda_" in line and "fails the ABI check (manylinux_2_28" in line, line
-    assert "GLIBCXX 3.4.26" in line and "build it with --image official" in line, line
+    assert "GLIBCXX 3.4.26" in line and "GLIBC 2.34" in line, line  # tvm-ffi's headers; the static CUDA runtime
+    assert "build it with --image official: this system's libstdc++ and glibc are newer" in line, line
     assert not (build_dir / name).exists()

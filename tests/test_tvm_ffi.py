@@ -100,6 +100,23 @@ def test_the_test_job_installs_the_tvm_ffi_of_the_variant(tmp_path):
     assert requirements(with_einops, "cpu") == ["apache-tvm-ffi>=0.1,<0.2", "einops"]
 
 
+def test_torch_ops_of_a_tvm_ffi_package_are_checked_as_kernel_builder_checks_them(tmp_path):
+    """kernel-builder runs torch-ops-check on a tvm-ffi kernel's sources too."""
+    kernel = tvm_ffi_kernel(tmp_path)
+    init = kernel / "tvm-ffi-ext" / "gray_tvm_ffi" / "__init__.py"
+    registration = '@torch.library.custom_op("gray::op", mutates_args=())\ndef op(x: torch.Tensor) -> torch.Tensor:\n'
+    init.write_text(init.read_text() + f"\nimport torch\n\n{registration}    return x\n")
+    line = init.read_text().splitlines().index("def op(x: torch.Tensor) -> torch.Tensor:") + 1
+    result = kernel_matrix(
+        "build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "build"), "--backend", "cpu"
+    )
+    assert result.returncode == ExitCode.CONFIG, result.stderr
+    assert result.stderr.startswith(f"error: {init}:{line}: ") and "add_op_namespace_prefix" in result.stderr, (
+        result.stderr
+    )
+    assert not (tmp_path / "build").exists()
+
+
 def _needed(library: Path) -> list[str]:
     out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
     return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
@@ -112,7 +129,7 @@ def test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite(tmp_path, backen
         pytest.skip("no nvcc: no CUDA variant is built here")
     kernel = tvm_ffi_kernel(tmp_path)
     build_dir = tmp_path / "build"
-    options = ["--kernel-dir", str(kernel), "--build-dir", str(build_dir), "--backend", backend, "--no-cache"]
+    options = ["--kernel-dir", str(kernel), "--build-dir", str(build_dir), "--backend", backend]
     result = kernel_matrix("build", *options, *(["--cuda-capabilities", "9.0"] if backend == "cuda" else []))
     assert result.returncode == 0, result.stdout + result.stderr
     (variant,) = [d for d in build_dir.iterdir() if (d / "metadata.json").is_file()]
@@ -121,7 +138,17 @@ def test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite(tmp_path, backen
     metadata = json.loads((variant / "metadata.json").read_text())
     module = metadata["id"]
     assert module.startswith(f"_gray_tvm_ffi_{backend}_") and metadata["backend"]["type"] == backend
-    assert metadata["provenance"]["toolchain"]["tvm-ffi"].startswith(TVM_FFI_VERSION + ".")
+    toolchain = metadata["provenance"]["toolchain"]
+    assert toolchain["tvm-ffi"].startswith(TVM_FFI_VERSION + ".") and "torch" not in toolchain, toolchain
+    # Compiled as kernel-builder's tvm-ffi target compiles: its defines, C++17, and none of what
+    # a torch extension's target adds (torch's nvcc flags, ENABLE_FP8).
+    compiles = json.loads((build_dir / "logs" / f"{variant.name}.cache-keys.json").read_text())
+    assert len(compiles) == (3 if backend == "cuda" else 2), [c["step"] for c in compiles]
+    for compile in compiles:
+        argv = compile["argv"]
+        assert f"-DTVM_FFI_EXTENSION_NAME={module}" in argv and "-DTORCH_EXTENSION_NAME" not in " ".join(argv)
+        assert f"-D{backend.upper()}_KERNEL" in argv and any(a.endswith("++17") for a in argv), argv
+        assert not {"--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8"} & set(argv), argv
     # What kernel-builder installs: the package, its _ops.py, and <ops>.so (not an abi3 Python module).
     assert sorted(p.name for p in variant.iterdir()) == sorted(
         ["__init__.py", "_ops.py", f"{module}.so", "metadata.json"]
@@ -130,7 +157,8 @@ def test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite(tmp_path, backen
     assert "libtvm_ffi.so" in needed, needed
     # No torch, and (as CMake links a CUDA library by default) no shared CUDA runtime to find.
     assert not [n for n in needed if n.startswith(("libtorch", "libc10", "libcudart", "libpython"))], needed
-    tested = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel))
+    # As the README's `build && test`: the variant this host builds, found by the kernel and backend.
+    tested = kernel_matrix("test", "--kernel-dir", str(kernel), "--build-dir", str(build_dir), "--backend", backend)
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr
     assert re.search(r"the kernels_ci tests of gray-tvm-ffi: [1-9]\d* ran", tested.stderr), tested.stderr
 

@@ -157,6 +157,11 @@ class BuildPlan:
         return self.kernel_dir / self.config.ext_dir / self.config.general.python_name
 
     @property
+    def framework(self) -> str:
+        """What the binding is built against, as the build line names it: torch 2.14.1+cu130, tvm-ffi 0.1.15."""
+        return f"tvm-ffi {self.tvm_ffi.version}" if self.tvm_ffi else f"torch {self.torch.version}"
+
+    @property
     def library_name(self) -> str:
         """The compiled library: a torch extension is a Python (abi3) module; a tvm-ffi one
         is a plain library that tvm_ffi.load_module opens (kernel-builder: `<ops>.so`)."""
@@ -452,6 +457,9 @@ def build_steps(
         openmp = ["-fopenmp"] if plan.torch.parallel_openmp else []
         std = cxx_standard(plan.torch.version)
         installed = {plan.torch.torch_dir.parent: "site-packages", plan.torch.python_include: "python-include"}
+        # What every .cu of a torch extension gets in kernel-builder: torch's CMake package's
+        # nvcc flags (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
+        torch_nvcc_flags = ["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8"]
     else:
         # A tvm-ffi library sees tvm-ffi's headers (and dlpack's), CUDA's, and no torch or Python.
         binding_includes = []
@@ -459,9 +467,11 @@ def build_steps(
         openmp = []
         std = TVM_FFI_CXX_STANDARD
         installed = {tvm_ffi.package.parent: "site-packages"}
-    # kernel-builder's target includes the kernel's csrc/ for every source (utils.cmake,
-    # `target_include_directories(... PRIVATE csrc ...)`): csrc/cpu/x.cpp finds csrc/x.h.
-    csrc = [kernel_dir / "csrc"] if (kernel_dir / "csrc").is_dir() else []
+        torch_nvcc_flags = []  # kernel-builder's tvm-ffi target: a section's own cuda-flags only
+    # kernel-builder's torch extension target includes the kernel's csrc/ for every source
+    # (utils.cmake, `target_include_directories(... PRIVATE csrc ...)`): csrc/cpu/x.cpp finds
+    # csrc/x.h. Its tvm-ffi target does not.
+    csrc = [kernel_dir / "csrc"] if (kernel_dir / "csrc").is_dir() and tvm_ffi is None else []
     # Insertion-ordered, not a set: a set's order changes from run to run, and
     # so would the binding's command line (and its cache key).
     section_dirs: dict[Path, None] = {}
@@ -502,9 +512,7 @@ def build_steps(
                 gencode=gencode_flags(capabilities, ptx_for_highest=ptx_for_highest),
                 std=std,
                 system_includes=system_includes,
-                # What every .cu gets in kernel-builder: torch's CMake package's nvcc flags
-                # (share/cmake/Caffe2/public/cuda.cmake) and its own ENABLE_FP8.
-                flags=["--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8", *cuda_flags],
+                flags=[*torch_nvcc_flags, *cuda_flags],
                 pre_include=COMPAT_SYMBOLS,
                 path_map=path_map,
             )
@@ -647,7 +655,11 @@ def toolchain_record(plan: BuildPlan) -> dict[str, str]:
         nvcc=str(plan.nvcc.path) if plan.nvcc else None,
         source_date_epoch=plan.source_date_epoch,
     )
-    return record | ({"tvm-ffi": plan.tvm_ffi.version} if plan.tvm_ffi else {})
+    if plan.tvm_ffi is None:
+        return record
+    # No torch in a tvm-ffi library: the tvm-ffi it compiled against takes torch's place.
+    version = plan.tvm_ffi.version
+    return {("tvm-ffi" if k == "torch" else k): (version if k == "torch" else v) for k, v in record.items()}
 
 
 def build_variant(

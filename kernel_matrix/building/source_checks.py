@@ -30,8 +30,7 @@ MAX_PYTHON_BYTES = 4 * 1024 * 1024
 def check_kernel_sources(kernel_dir: Path, config: BuildConfig) -> None:
     """Both checks, before anything of a build is written."""
     check_layout(kernel_dir, config.general.python_name, config.ext_dir)
-    if config.tvm_ffi is None:  # a tvm-ffi kernel registers no torch ops of its own build
-        check_op_registrations(kernel_dir)
+    check_op_registrations(kernel_dir, config.ext_dir)
 
 
 def check_layout(kernel_dir: Path, python_name: str, ext_dir: str = "torch-ext") -> None:
@@ -60,12 +59,13 @@ def _python_files_in(nested: Path) -> bool:
     return any(path.suffix in (".py", ".pyi") for path in nested.rglob("*") if not path.is_symlink())
 
 
-def check_op_registrations(kernel_dir: Path) -> None:
-    """torch-ops-check: every top-level function or class of torch-ext/ and tests/ that a
+def check_op_registrations(kernel_dir: Path, ext_dir: str = "torch-ext") -> None:
+    """torch-ops-check: every top-level function or class of <ext_dir>/ (torch-ext/, or a
+    tvm-ffi kernel's tvm-ffi-ext/, which kernel-builder checks too) and tests/ that a
     torch.library decorator registers names its op with add_op_namespace_prefix, so
     that two builds of one kernel never register the same op in one process."""
     found: list[str] = []
-    for path in _python_files(kernel_dir, ("torch-ext", "tests")):
+    for path in _python_files(kernel_dir, (ext_dir, "tests")):
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (SyntaxError, ValueError, OSError, RecursionError):

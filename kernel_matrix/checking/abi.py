@@ -3,6 +3,7 @@ kernel-builder uses): Python's limited API, and manylinux symbol versions."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,13 +62,24 @@ def gate(variant_dir: Path, name: str, *, manylinux: str | None = MANYLINUX) -> 
 
 
 def hint(report: AbiReport) -> str:
-    """What to do when the library needs a newer libstdc++ than manylinux_2_28 has: the
-    compat header keeps glibc's symbols old, but C++ library code (std::to_chars, C++20)
-    comes from the system's libstdc++. The official builder's gcc-toolset links those parts
-    statically (libstdc++_nonshared), as manylinux's own compilers do."""
-    if any("GLIBCXX" in v or "CXXABI" in v for v in report.manylinux_violations):
-        return "; build it with --image official: this system's libstdc++ is newer than manylinux_2_28's"
-    return ""
+    """What to do when the library needs a newer libstdc++ or glibc than manylinux_2_28 has:
+    the compat header keeps the glibc symbols of the objects kernel-matrix compiles old, but
+    C++ library code (std::to_chars, C++20, tvm-ffi's std::ostringstream) comes from the
+    system's libstdc++, and a static library linked in (the CUDA runtime a tvm-ffi kernel
+    links) binds glibc's newest symbols. The official builder links against glibc 2.28, and
+    its gcc-toolset links those libstdc++ parts statically (libstdc++_nonshared)."""
+    newer = [
+        name
+        for name, found in (
+            ("libstdc++", any("GLIBCXX" in v or "CXXABI" in v for v in report.manylinux_violations)),
+            ("glibc", any(re.search(r"\bGLIBC \d", v) for v in report.manylinux_violations)),
+        )
+        if found
+    ]
+    if not newer or newer == ["glibc"]:  # glibc alone: the compat header's job, not an image's
+        return ""
+    verb = "is" if len(newer) == 1 else "are"
+    return f"; build it with --image official: this system's {' and '.join(newer)} {verb} newer than manylinux_2_28's"
 
 
 def variant_libraries(variant_dir: Path) -> list[Path]:

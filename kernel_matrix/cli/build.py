@@ -209,7 +209,7 @@ def build_native(
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
     if expected is not None:
         nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
-        expected.check(plan.variant.name, f"torch {plan.torch.version}{nvcc}")
+        expected.check(plan.variant.name, f"{plan.framework}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
     notes = [skipped_note(kernel.dir, plan.config), no_section_note(kernel.dir, plan.config, plan.backend)]
     if expected is None:  # not in a cell's container: `matrix` said it for the cells
@@ -230,7 +230,7 @@ def build_native(
     console.print(
         styled(
             (plan.variant.name, "bold"),
-            f": torch {plan.torch.version}"
+            f": {plan.framework}"
             + (f", nvcc {plan.nvcc.version}, capabilities {' '.join(plan.capabilities)}" if plan.nvcc else ""),
         )
     )
@@ -343,7 +343,7 @@ def wheels(
     """A pip-installable wheel per built variant, made by cibuildwheel in the cell's builder image.
 
     Torch extensions only: a Python-only kernel's variants are not per torch, so no wheel label
-    fits them, and a [tvm-ffi] kernel's library is no torch extension (its variant folder is
+    fits them, and a \\[tvm-ffi] kernel's library is no torch extension (its variant folder is
     what `kernels` loads)."""
     from kernel_matrix.releasing.wheels import build_wheels
 

@@ -114,7 +114,7 @@ def _host_variants(chosen: Kernel, *, python: str | None, backend: str | None) -
     if chosen.config.noarch:
         picked = backend or _noarch_backend(backends, probe_torch(python).cuda is not None)
         return f"torch-{picked}", {b: f"torch-{b}" for b in backends if b != picked}
-    toolchain = Toolchain.probe(python)
+    toolchain = Toolchain.probe(python, tvm_ffi=chosen.config.tvm_ffi is not None)
     own = plan(chosen.dir, chosen.config, toolchain, backend=backend).variant
     others: dict[str, str] = {}
     for other in ("cpu", "cuda"):

@@ -126,7 +126,7 @@ class Rebuilder:
             self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
         )
         if plan.variant.name != name:
-            raise ToolchainError(f"{name}: this host builds {plan.variant.name} (torch {plan.torch.version})")
+            raise ToolchainError(f"{name}: this host builds {plan.variant.name} ({plan.framework})")
         if epoch := _recorded(metadata, "source-date-epoch"):
             plan = dataclasses.replace(plan, source_date_epoch=epoch)
         return plan
@@ -178,7 +178,7 @@ class Rebuilder:
 
 # The toolchain fields that decide the bytes (provenance.toolchain); the builder
 # image and SOURCE_DATE_EPOCH are applied, not compared.
-_TOOLCHAIN_FIELDS = ("torch", "python", "cxx", "nvcc")
+_TOOLCHAIN_FIELDS = ("torch", "tvm-ffi", "python", "cxx", "nvcc")
 
 
 def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
