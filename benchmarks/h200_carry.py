@@ -5,7 +5,8 @@ for the kernels of kernels-community named, so that a session starts its device 
         --kernels-community /work/.mirror/huggingface+kernels-community/repo [--cutlass-git DIR]
 
 CARRY/whl          the wheels the device's python3 lacks (kernels 0.17.2, kernel-matrix's needs)
-CARRY/kc.tgz       the named kernels' folders at KC_COMMIT, unchanged; CARRY/kc-commit
+CARRY/kc.tgz       the named kernels' folders at KC_COMMIT, unchanged, and the --kernel-dir folders;
+                   CARRY/kc-commit
 CARRY/cutlass-deps.tgz  the pins they depend on, fetched by kernel-matrix's own resolver: from PyPI
                    where the pin has a wheel, else from the pinned commit's archive, which this
                    host cannot download from GitHub: --cutlass-git names a git folder of
@@ -113,11 +114,18 @@ def pins_into(cache: Path, names: set[str], cutlass_git: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("carry", type=Path)
-    parser.add_argument("kernels", nargs="+")
+    parser.add_argument("kernels", nargs="*", help="kernels-community kernels, by folder name")
     parser.add_argument("--kernels-community", type=Path, required=True, help="its git folder")
     parser.add_argument("--kc-commit", default=KC_COMMIT)
     parser.add_argument("--cutlass-git", type=Path, help="a git folder of NVIDIA/cutlass, for archive pins")
     parser.add_argument("--extra-wheel", action="append", default=[], help="another requirement to carry")
+    parser.add_argument(
+        "--kernel-dir",
+        action="append",
+        type=Path,
+        default=[],
+        help="another kernel's folder (another repository's, a test fixture), carried under its folder's name",
+    )
     args = parser.parse_args()
     carry: Path = args.carry
     carry.mkdir(parents=True, exist_ok=True)
@@ -125,12 +133,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "kc"
         tree.mkdir()
-        untar(git(args.kernels_community, "archive", args.kc_commit, *args.kernels), tree)
+        if args.kernels:
+            untar(git(args.kernels_community, "archive", args.kc_commit, *args.kernels), tree)
+        folders = [tree / kernel for kernel in args.kernels] + [d.resolve() for d in args.kernel_dir]
         with tarfile.open(carry / "kc.tgz", "w:gz") as out:
-            for kernel in args.kernels:
-                out.add(tree / kernel, arcname=kernel)
+            for folder in folders:
+                out.add(folder, arcname=folder.name, filter=lambda info: None if "__pycache__" in info.name else info)
         cache = Path(scratch) / "deps"
-        names = functools.reduce(set.union, (depends(tree / k) for k in args.kernels), set())
+        names = functools.reduce(set.union, (depends(folder) for folder in folders), set())
         pins_into(cache, names, args.cutlass_git)
         with tarfile.open(carry / "cutlass-deps.tgz", "w:gz") as out:
             for folder in sorted(cache.iterdir()) if cache.is_dir() else []:
