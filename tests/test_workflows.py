@@ -696,7 +696,8 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert lines[2].startswith("gpu_jobs={")
     jobs = json.loads(lines[1].removeprefix("jobs="))  # what fromJSON parses
     assert jobs == cli_jobs("pr")
-    keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "cpu_test", "paths", "logs"}
+    keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "wheel", "cpu_test", "paths"}
+    keys |= {"logs"}
     keys |= {"build_minutes", "test_minutes"}
     assert all(set(job) == keys for job in jobs["include"])
     # A job a cell: the limits the jobs always had.
@@ -770,8 +771,10 @@ def wheel_name(cell: dict) -> str:
 
 
 def several_kernels(tmp_path: Path) -> Path:
-    """A matrix of three kernels: img2gray, a copy under another name, and a Python-only one."""
+    """A matrix of four kernels: img2gray, a copy under another name, a Python-only one and a [tvm-ffi] one."""
     import shutil
+
+    from conftest import tvm_ffi_kernel
 
     shutil.copytree(REPO / "kernel", tmp_path / "copy", ignore=shutil.ignore_patterns("benchmarks", "tests"))
     toml = tmp_path / "copy" / "build.toml"
@@ -783,7 +786,10 @@ def several_kernels(tmp_path: Path) -> Path:
     (tmp_path / "pure" / "build.toml").write_text(
         '[general]\nname = "pure"\nversion = 1\nlicense = "MIT"\nbackends = ["cpu", "cuda", "xpu"]\n\n[torch-noarch]\n'
     )
-    text = matrix_text().replace(f"kernel: {REPO / 'kernel'}", f"kernels: [{REPO / 'kernel'}, copy, pure]")
+    tvm_ffi_kernel(tmp_path)
+    text = matrix_text().replace(
+        f"kernel: {REPO / 'kernel'}", f"kernels: [{REPO / 'kernel'}, copy, pure, gray-tvm-ffi]"
+    )
     (tmp_path / "build_matrix.yaml").write_text(text)
     return tmp_path / "build_matrix.yaml"
 
@@ -875,7 +881,7 @@ def test_each_job_downloads_what_it_reads(tmp_path, kernels):
     )()
     profile = "full" if kernels == "batched" else "pr"
     cells, jobs = cli_matrix(profile, file=file)["include"], cli_jobs(profile, file=file)["include"]
-    assert len({c["kernel"] for c in cells}) == (3 if kernels == "several" else 1)
+    assert len({c["kernel"] for c in cells}) == (4 if kernels == "several" else 1)
     # A job a cell, or (over 256 cells) batches of two, every cell in one job.
     assert len(jobs) == (len(cells) // 2 if kernels == "batched" else len(cells)) <= 256
     assert sorted((j["kernel"], v) for j in jobs for v in j["variants"].split(",")) == sorted(
@@ -888,10 +894,11 @@ def test_each_job_downloads_what_it_reads(tmp_path, kernels):
         assert status == "success"
         mine = [by_name[job["kernel"], v] for v in job["variants"].split(",")]
         assert set(made) == {f"variant-{job['job']}", f"logs-{job['job']}"} | (
-            set() if job["noarch"] else {f"wheel-{job['job']}"}  # a Python-only variant gets no wheel
+            {f"wheel-{job['job']}"} if job["wheel"] else set()  # a Python-only or tvm-ffi variant gets none
         )
+        assert job["wheel"] == all(not c["noarch"] and not c["variant"].startswith("tvm-ffi") for c in mine)
         assert set(made[f"variant-{job['job']}"]) == {f"{c['path']}/metadata.json" for c in mine} | {"summary.md"}
-        if not job["noarch"]:
+        if job["wheel"]:
             assert set(made[f"wheel-{job['job']}"]) == {wheel_name(c) for c in mine}  # the .whl files, at the root
             assert {f"{job['logs']}/{c['variant']}.wheel.log" for c in mine} <= set(made[f"logs-{job['job']}"])
         artifacts |= made
@@ -923,7 +930,8 @@ def test_each_job_downloads_what_it_reads(tmp_path, kernels):
     workspace = tmp_path / "release-job"
     assert download(step("release-wheels", "actions/download-artifact"), {}, artifacts, workspace) == []
     wheels = {p.name: p.read_text() for p in (workspace / "wheels").iterdir()}
-    assert wheels == {wheel_name(c): f"{c['kernel']}/{c['variant']}" for c in cells if not c["noarch"]}
+    torch_extensions = [c for c in cells if not c["noarch"] and not c["variant"].startswith("tvm-ffi")]
+    assert wheels == {wheel_name(c): f"{c['kernel']}/{c['variant']}" for c in torch_extensions}
     assert [p.name for p in workspace.iterdir()] == ["wheels"]
 
 

@@ -58,6 +58,7 @@ class Job:
             "build_runner": list(first.build_runner),
             "test_runner": list(first.test_runner),
             "noarch": first.variant.noarch,
+            "wheel": first.variant.makes_wheel,  # the build job's `kernel-matrix wheels` step
             "cpu_test": first.cpu_testable,
             # upload-artifact's `path` input: one path a line.
             "paths": "\n".join(f"build/{path}/" for path in self.paths),

@@ -53,6 +53,12 @@ class Variant:
             raise ValueError("a tvm-ffi variant is neither noarch nor built against torch's stable ABI")
 
     @property
+    def makes_wheel(self) -> bool:
+        """Whether a legacy pip wheel is made of this variant: a torch extension's, per torch
+        (not a Python-only variant, for every torch; nor a tvm-ffi library, for none)."""
+        return not self.noarch and self.tvm_ffi is None
+
+    @property
     def compute(self) -> str:
         return cuda_tag(self.cuda) if self.cuda else "cpu"
 
