@@ -44,6 +44,7 @@ from kernel_matrix.building.variant_dir import (
     write_metadata,
     write_python_package,
 )
+from kernel_matrix.config import genex
 from kernel_matrix.config.buildtoml import (
     BUILDABLE_BACKENDS,
     BackendDepends,
@@ -155,6 +156,10 @@ class BuildPlan:
     def package_dir(self) -> Path:
         """The kernel's Python package: torch-ext/<name>/, or tvm-ffi-ext/<name>/."""
         return self.kernel_dir / self.config.ext_dir / self.config.general.python_name
+
+    def flag_context(self, language: str) -> genex.Context:
+        """What a flag's generator expressions are evaluated for: a file of language, this C++ compiler."""
+        return genex.Context(language, cxx_id="Clang" if "clang" in Path(self.cxx).name else "GNU")
 
     @property
     def framework(self) -> str:
@@ -400,7 +405,11 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
     kernel_dir = plan.kernel_dir
     merged: dict[str, SectionSource] = {}
     for name, kernel in plan.sections().items():
-        cuda_flags = kernel.cuda_flags if isinstance(kernel, CudaKernel) else []
+        # Generator expressions evaluated for the language each list is given to (as the
+        # COMPILE_LANGUAGE wrappers of kernel-builder's kernel.cmake apply them).
+        cuda_flags = (
+            genex.expand(kernel.cuda_flags, plan.flag_context("CUDA")) if isinstance(kernel, CudaKernel) else []
+        )
         if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
             # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
             cuda_flags = [f for f in cuda_flags if not _TEMPLATE_STUB_FLAG.fullmatch(f)]
@@ -408,7 +417,7 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
             section=name,
             section_includes=[kernel_dir / d for d in kernel.include],
             dependency_includes=[dependencies[d].include for d in kernel.depends if d != "torch"],
-            cxx_flags=list(kernel.cxx_flags),
+            cxx_flags=genex.expand(kernel.cxx_flags, plan.flag_context("CXX")),
             cuda_flags=cuda_flags,
             capabilities=plan.section_capabilities.get(name, []),
             # kernel-builder: PTX of the highest only for the default list (its "12.1+PTX").
@@ -559,7 +568,14 @@ def build_steps(
     for src in binding.src:
         source = kernel_dir / src
         output = work / "obj" / ("torch" if tvm_ffi is None else "tvm-ffi") / (src.replace("/", "__") + ".o")
-        step = compile_step(source, output, own_includes, binding.cxx_flags, [], plan.capabilities)
+        step = compile_step(
+            source,
+            output,
+            own_includes,
+            genex.expand(binding.cxx_flags, plan.flag_context("CXX")),
+            [],
+            plan.capabilities,
+        )
         if step is not None:
             compiles.append(step)
     if tvm_ffi is None:

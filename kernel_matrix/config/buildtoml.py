@@ -16,6 +16,7 @@ from packaging.version import Version as PackagingVersion
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernel_matrix import data
+from kernel_matrix.config import genex
 from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.didyoumean import did_you_mean
@@ -63,6 +64,22 @@ def _kernel_name(name: str) -> str:
         fixed = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         raise ValueError(NAME_RULE + (f"; did you mean '{fixed}'?" if _NAME.match(fixed) else ""))
     return name
+
+
+def _evaluable_flags(flags: list[str]) -> list[str]:
+    """Flags whose CMake generator expressions kernel-matrix evaluates (config/genex.py): any
+    other would reach the compiler as written, where kernel-builder's CMake evaluates it."""
+    for flag in flags:
+        try:
+            genex.check(flag)
+        except genex.GenexError as exc:
+            raise ValueError(f"{flag!r}: {exc}") from None
+    return flags
+
+
+# Compiler flags of the sections kernel-matrix compiles: each a flag, or a CMake generator
+# expression of one, as kernel-builder passes them to CMake.
+Flags = Annotated[list[str], AfterValidator(_evaluable_flags)]
 
 
 # kernels-data config/git_url.rs: a URL of these schemes, or scp-like `user@host:path`.
@@ -175,7 +192,7 @@ class Torch(Section):
     pyext: list[str] = []
     minver: Version | None = None
     maxver: Version | None = None
-    cxx_flags: list[str] = []
+    cxx_flags: Flags = []
     # Edition 4: one version for every backend; edition 5 also takes {backend = version}.
     stable_abi: Version | dict[Backend, Version] | None = None
 
@@ -203,7 +220,7 @@ class TvmFfi(Section):
     src: list[str]
     include: list[str] = []
     pyext: list[str] = []
-    cxx_flags: list[str] = []
+    cxx_flags: Flags = []
 
 
 class _KernelSectionBase(Section):
@@ -215,12 +232,14 @@ class _KernelSectionBase(Section):
 
 class CpuKernel(_KernelSectionBase):
     backend: Literal["cpu"]
+    cxx_flags: Flags = []
 
 
 class CudaKernel(_KernelSectionBase):
     backend: Literal["cuda"]
     cuda_capabilities: list[Capability] | None = None
-    cuda_flags: list[str] = []
+    cxx_flags: Flags = []
+    cuda_flags: Flags = []
     cuda_minver: Version | None = None
 
 
