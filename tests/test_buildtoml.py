@@ -260,7 +260,14 @@ def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, t
 
 EDITION_CASES = [
     ("edition 3", "edition = 5", "edition = 3", "edition = 3", "general.edition = 3 is not supported"),
-    ("edition 6", "edition = 5", "edition = 6", "edition = 6", "general.edition = 6 is not supported"),
+    (
+        "edition 6",
+        "edition = 5",
+        "edition = 6",
+        "edition = 6",
+        "general.edition = 6 is not supported: kernel-builder reads `edition = 5`, and edition 4 as a file without "
+        "`edition`; no kernel-builder release reads a newer one",
+    ),
     (
         "edition 4 with an edition 5 key",
         "edition = 5\n",

@@ -500,10 +500,17 @@ def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
             )
         return _check_edition_4(problems, text, raw, general)
     elif edition != 5 or isinstance(edition, bool):
+        # A newer edition than kernel-builder's own: update-build cannot help, only its author.
+        newer = isinstance(edition, int) and not isinstance(edition, bool) and edition > 5
+        advice = (
+            "no kernel-builder release reads a newer one (huggingface/kernels @8ac69fc5, kernels-data config/)"
+            if newer
+            else "`kernel-builder update-build` writes edition 5"
+        )
         problems.add(
             *toml_key_position(text, ("general", "edition")),
             f"general.edition = {edition!r} is not supported: kernel-builder reads `edition = 5`, and edition 4 "
-            "as a file without `edition`; `kernel-builder update-build` writes edition 5",
+            f"as a file without `edition`; {advice}",
         )
         return False
     return True
