@@ -8,11 +8,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ONE_KERNEL_TEST, kernel_matrix
+from conftest import ONE_KERNEL_TEST, REPO, kernel_matrix
 
 from kernel_matrix.building.compile import Step, run_steps
 from kernel_matrix.building.objcache import ObjectCache, parse_depfile
@@ -217,3 +218,18 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
         assert (mine["argv"], mine["compilers"]) == (theirs["argv"], theirs["compilers"])
         differ = {k for k in mine["environment"] if mine["environment"][k] != theirs["environment"][k]}
         assert differ == {"CPATH"}
+    # benchmarks/cache_keys_diff.py says so, step by step, from the two records alone.
+    records = [next((tmp_path / folder / "logs").glob("*.cache-keys.json")) for folder in ("first", "other", "again")]
+    diff = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cache_keys_diff.py"), *map(str, records[:2])],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert diff.returncode == 1, diff.stderr
+    lines = diff.stdout.splitlines()
+    assert lines[-1] == f"0 of {len(first)} shared steps have the same key", diff.stdout
+    assert lines[:-1] == [f"{e['step']}: $CPATH: A None, B {str(tmp_path / 'nothing-here')!r}" for e in first]
+    same = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cache_keys_diff.py"), str(records[0]), str(records[2])],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert same.returncode == 0 and same.stdout == f"{len(first)} of {len(first)} shared steps have the same key\n"
