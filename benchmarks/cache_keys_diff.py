@@ -12,6 +12,7 @@ records, such as the H200 sweep driver's `wait` brings back)."""
 
 from __future__ import annotations
 
+import collections
 import difflib
 import itertools
 import json
@@ -29,8 +30,8 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """What differs between two records of one step, a phrase each."""
     found = []
     if a["argv"] != b["argv"]:
-        only_a = [x for x in a["argv"] if x not in b["argv"]]
-        only_b = [x for x in b["argv"] if x not in a["argv"]]
+        words_a, words_b = collections.Counter(a["argv"]), collections.Counter(b["argv"])
+        only_a, only_b = sorted((words_a - words_b).elements()), sorted((words_b - words_a).elements())
         found.append(f"argv: only A {only_a}, only B {only_b}" if only_a or only_b else "argv: same words, other order")
     for index, (x, y) in enumerate(itertools.zip_longest(a["compilers"], b["compilers"])):
         if x != y:
@@ -47,7 +48,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: python benchmarks/cache_keys_diff.py A.cache-keys.json B.cache-keys.json", file=sys.stderr)
         return 2
     a, b = load(Path(argv[0])), load(Path(argv[1]))
     missed = 0
@@ -59,6 +60,9 @@ def main(argv: list[str]) -> int:
     for step in sorted(set(a) ^ set(b)):
         print(f"{step}: only in {'A' if step in a else 'B'}")
     print(f"{len(set(a) & set(b)) - missed} of {len(set(a) & set(b))} shared steps have the same key")
+    if not missed:
+        # The cache's second look: an entry hits only if every file it lists has the same hash.
+        print("(same keys: a miss then comes from a file the compile read, whose hash the entry lists)")
     return 1 if missed else 0
 
 

@@ -127,6 +127,10 @@ def main() -> None:
         help="another kernel's folder (another repository's, a test fixture), carried under its folder's name",
     )
     args = parser.parse_args()
+    # Each is carried under its folder's name: one name twice would overwrite the other.
+    folder_names = [*args.kernels, *(d.resolve().name for d in args.kernel_dir)]
+    if not folder_names or len(set(folder_names)) != len(folder_names):
+        parser.error(f"name kernels (or --kernel-dir folders) of distinct folder names, not {folder_names}")
     carry: Path = args.carry
     carry.mkdir(parents=True, exist_ok=True)
     wheels(carry / "whl", args.extra_wheel)

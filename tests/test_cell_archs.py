@@ -65,7 +65,8 @@ def plan(matrix: Path, tmp_path: Path) -> tuple[list[dict], dict]:
     )
     assert result.returncode == 0, result.stderr
     cells = json.loads(result.stdout)["include"]
-    gpu_text = output.read_text().split("gpu_jobs=", 1)[1].strip()
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    gpu_text = outputs["gpu_jobs"]
     by_variant = {c["variant"]: c for c in cells}
     gpu_jobs = json.loads(gpu_text)["include"] if gpu_text else []
     gpu = {v: by_variant[v] for job in gpu_jobs for v in job["variants"].split(",")}

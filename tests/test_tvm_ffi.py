@@ -247,3 +247,24 @@ def test_published_tvm_ffi_variants_are_what_get_kernel_picks(tmp_path):
 
     expected = next(v for v in variants if ("-cpu-" in v) == (torch.version.cuda is None or len(variants) == 1))
     assert f"/build/{expected}/__init__.py" in loaded.stdout, loaded.stdout
+
+
+def test_the_plan_says_a_tvm_ffi_matrix_makes_no_wheel(tmp_path):
+    """release-wheels runs only where some job made a wheel (the plan's `wheels` output)."""
+    import os
+
+    kernel = tvm_ffi_kernel(tmp_path)
+    output = tmp_path / "github_output"
+    result = kernel_matrix(
+        "matrix",
+        "--kernel-dir",
+        str(kernel),
+        "--json",
+        "--github-output",
+        env={**os.environ, "GITHUB_OUTPUT": str(output)},
+    )
+    assert result.returncode == 0, result.stderr
+    lines = output.read_text().splitlines()
+    assert lines[-1] == "wheels=false"
+    jobs = json.loads(next(line for line in lines if line.startswith("jobs=")).removeprefix("jobs="))
+    assert jobs["include"] and not any(job["wheel"] for job in jobs["include"])

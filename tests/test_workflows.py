@@ -284,7 +284,8 @@ def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, 
     secrets = {name: render(value, caller) for name, value in CALLER_JOB["secrets"].items()}
     context = {"github": github, "inputs": called, "secrets": secrets, "status": status}
     context["env"] = {name: render(value, context) for name, value in BUILD.get("env", {}).items()}
-    context["needs"] = {"plan": {"outputs": {"jobs": '{"include":[{}]}', "gpu_jobs": '{"include":[{}]}'}}}
+    outputs = {"jobs": '{"include":[{}]}', "gpu_jobs": '{"include":[{}]}', "wheels": "true"}
+    context["needs"] = {"plan": {"outputs": outputs}}
     return context
 
 
@@ -385,9 +386,9 @@ def test_the_job_graph():
         "summary": ["build", "test-cpu", "test-gpu"],
         "publish": ["build", "test-cpu", "test-gpu"],
         # Wheels are attached only once the Hub release is done.
-        "release-wheels": ["build", "test-cpu", "test-gpu", "publish"],
+        "release-wheels": ["plan", "build", "test-cpu", "test-gpu", "publish"],
     }
-    assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs"}
+    assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs", "wheels"}
     for name, output in (("build", "jobs"), ("test-cpu", "jobs"), ("test-gpu", "gpu_jobs")):
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
@@ -692,8 +693,8 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == cli_matrix("pr")  # stdout: every cell's entry
     lines = output.read_text().splitlines()
-    assert lines[0] == "earlier=1" and len(lines) == 3 and lines[1].startswith("jobs=")
-    assert lines[2].startswith("gpu_jobs={")
+    assert lines[0] == "earlier=1" and len(lines) == 4 and lines[1].startswith("jobs=")
+    assert lines[2].startswith("gpu_jobs={") and lines[3] == "wheels=true"  # img2gray: a torch extension
     jobs = json.loads(lines[1].removeprefix("jobs="))  # what fromJSON parses
     assert jobs == cli_jobs("pr")
     keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "wheel", "cpu_test", "paths"}
@@ -1138,6 +1139,10 @@ RELEASE_RUNS = {
     "dispatch, publish on main": (run_context("dispatch", publish=True), False),
     "dispatch, publish on a tag": (run_context("dispatch", ref="refs/tags/v1.2.0", publish=True), False),
 }
+# A tag of a repository whose kernels make no wheel (Python-only, tvm-ffi): nothing to attach.
+_NO_WHEELS = run_context("push", ref="refs/tags/v1.2.0")
+_NO_WHEELS["needs"]["plan"]["outputs"]["wheels"] = "false"
+RELEASE_RUNS["tag, no job made a wheel"] = (_NO_WHEELS, False)
 
 
 @pytest.mark.parametrize("kind", RELEASE_RUNS)

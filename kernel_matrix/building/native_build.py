@@ -74,7 +74,14 @@ from kernel_matrix.planning.capabilities import (
     variant_archs,
 )
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
-from kernel_matrix.planning.toolchain import TVM_FFI_REQUIREMENT, Nvcc, Toolchain, TorchInstall, TvmFfiInstall
+from kernel_matrix.planning.toolchain import (
+    TVM_FFI_REQUIREMENT,
+    Nvcc,
+    Toolchain,
+    TorchInstall,
+    TvmFfiInstall,
+    compiler_version,
+)
 from kernel_matrix.planning.torch_cuda import cuda_mismatch
 from kernel_matrix.planning.variants import TVM_FFI_VERSION, Variant, torch_minor
 
@@ -158,8 +165,21 @@ class BuildPlan:
         return self.kernel_dir / self.config.ext_dir / self.config.general.python_name
 
     def flag_context(self, language: str) -> genex.Context:
-        """What a flag's generator expressions are evaluated for: a file of language, this C++ compiler."""
-        return genex.Context(language, cxx_id="Clang" if "clang" in Path(self.cxx).name else "GNU")
+        """What a flag's generator expressions are evaluated for: a file of language, these compilers."""
+        return genex.Context(
+            language,
+            cxx_id="Clang" if "clang" in Path(self.cxx).name else "GNU",
+            cxx_version=compiler_version(self.cxx),
+            cuda_version=compiler_version(str(self.nvcc.path)) if self.nvcc else "0",
+        )
+
+    def flags(self, flags: list[str], language: str, where: str) -> list[str]:
+        """A flag list of build.toml as the compiler gets it (config/genex.py), or one ConfigError
+        line where an expression only this build meets cannot be evaluated."""
+        try:
+            return genex.expand(flags, self.flag_context(language))
+        except genex.GenexError as exc:
+            raise ConfigError(f"{self.kernel_dir / 'build.toml'}: {where}: {exc}") from None
 
     @property
     def framework(self) -> str:
@@ -408,7 +428,9 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
         # Generator expressions evaluated for the language each list is given to (as the
         # COMPILE_LANGUAGE wrappers of kernel-builder's kernel.cmake apply them).
         cuda_flags = (
-            genex.expand(kernel.cuda_flags, plan.flag_context("CUDA")) if isinstance(kernel, CudaKernel) else []
+            plan.flags(kernel.cuda_flags, "CUDA", f"[kernel.{name}] cuda-flags")
+            if isinstance(kernel, CudaKernel)
+            else []
         )
         if plan.nvcc is not None and Version(plan.nvcc.version) < Version("12.8"):
             # As kernel-builder's kernel.cmake: nvcc < 12.8 does not know this flag.
@@ -417,7 +439,7 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
             section=name,
             section_includes=[kernel_dir / d for d in kernel.include],
             dependency_includes=[dependencies[d].include for d in kernel.depends if d != "torch"],
-            cxx_flags=genex.expand(kernel.cxx_flags, plan.flag_context("CXX")),
+            cxx_flags=plan.flags(kernel.cxx_flags, "CXX", f"[kernel.{name}] cxx-flags"),
             cuda_flags=cuda_flags,
             capabilities=plan.section_capabilities.get(name, []),
             # kernel-builder: PTX of the highest only for the default list (its "12.1+PTX").
@@ -572,7 +594,7 @@ def build_steps(
             source,
             output,
             own_includes,
-            genex.expand(binding.cxx_flags, plan.flag_context("CXX")),
+            plan.flags(binding.cxx_flags, "CXX", f"[{plan.config.ext_dir.removesuffix('-ext')}] cxx-flags"),
             [],
             plan.capabilities,
         )

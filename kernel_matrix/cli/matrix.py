@@ -45,7 +45,8 @@ def matrix(
             "--github-output",
             help="With --json: also write the build workflow's job matrices to $GITHUB_OUTPUT: jobs=<json> (a "
             "job a cell, or batches of a kernel's cells over GitHub's 256 jobs) and gpu_jobs=<json of the jobs "
-            "whose cells the GPU runners test, empty if none>.",
+            "whose cells the GPU runners test, empty if none>, and wheels=true|false (whether any job makes "
+            "a wheel).",
         ),
     ] = False,
 ) -> None:
@@ -86,9 +87,9 @@ def matrix(
 
 
 def _job_matrices(resolved: Resolved, cells: list[Cell], event: GithubEvent) -> dict[str, str]:
-    """The build workflow's job outputs: `jobs`, and `gpu_jobs` (an empty string, not an empty
+    """The build workflow's job outputs: `jobs`, `gpu_jobs` (an empty string, not an empty
     matrix, which GitHub refuses, when no cell is for the GPU runners: the GPU job's `if`
-    skips it). Says so where cells are batched to fit GitHub's job limit."""
+    skips it) and `wheels`. Says so where cells are batched to fit GitHub's job limit."""
     import json
 
     from kernel_matrix.planning.github_jobs import batching, github_jobs
@@ -102,4 +103,6 @@ def _job_matrices(resolved: Resolved, cells: list[Cell], event: GithubEvent) -> 
     return {
         "jobs": json.dumps(github_jobs(jobs), separators=(",", ":")),
         "gpu_jobs": json.dumps(gpu_jobs, separators=(",", ":")) if gpu_jobs["include"] else "",
+        # Whether any job makes a wheel: release-wheels has none to attach otherwise.
+        "wheels": "true" if any(cell.variant.makes_wheel for cell in cells) else "false",
     }

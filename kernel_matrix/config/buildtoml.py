@@ -69,11 +69,10 @@ def _kernel_name(name: str) -> str:
 def _evaluable_flags(flags: list[str]) -> list[str]:
     """Flags whose CMake generator expressions kernel-matrix evaluates (config/genex.py): any
     other would reach the compiler as written, where kernel-builder's CMake evaluates it."""
-    for flag in flags:
-        try:
-            genex.check(flag)
-        except genex.GenexError as exc:
-            raise ValueError(f"{flag!r}: {exc}") from None
+    try:
+        genex.check(flags)
+    except genex.GenexError as exc:
+        raise ValueError(str(exc)) from None
     return flags
 
 
