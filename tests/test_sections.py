@@ -149,3 +149,20 @@ def test_a_section_a_narrowing_leaves_nothing_is_named_as_built_for_its_own_list
     assert plan.own_list_sections(["9.0"]) == ["second"]
     assert plan.section_capabilities["second"] == ["10.0f"] and plan.section_capabilities["first"] == ["9.0a"]
     assert plan.own_list_sections(None) == []
+
+
+@pytest.mark.build
+def test_a_c_source_is_left_uncompiled_as_kernel_builders_cxx_project_leaves_it(kernel_copy, tmp_path):
+    """kernel-builder's cpu and cuda projects enable CXX and CUDA, not C: CMake compiles no .c
+    source there. This one is no valid C++ (g++ would refuse it), so the build passes only if
+    it is left out, as under kernel-builder."""
+    (kernel_copy / "csrc" / "helper.c").write_text("#include <stdlib.h>\nint *grab(void) { return malloc(4); }\n")
+    toml = kernel_copy / "build.toml"
+    text = toml.read_text()
+    cpu = text.index("[kernel.img2gray_cpu]")
+    toml.write_text(text[:cpu] + text[cpu:].replace("src = [\n", 'src = [\n  "csrc/helper.c",\n', 1))
+    result = kernel_matrix(
+        "build", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "b"), "--backend", "cpu", "--no-cache"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "helper.c" not in (result.stdout + result.stderr)

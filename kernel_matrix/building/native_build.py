@@ -85,7 +85,10 @@ from kernel_matrix.planning.toolchain import (
 from kernel_matrix.planning.torch_cuda import cuda_mismatch
 from kernel_matrix.planning.variants import TVM_FFI_VERSION, Variant, torch_minor
 
-_CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
+# What CMake compiles as C++. A `.c` file is not among them: kernel-builder's cpu and cuda
+# projects enable CXX (and CUDA), not C, and CMake leaves a source of a language it has not
+# enabled uncompiled, as it leaves a header.
+_CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c++", ".C", ".CPP"}
 _CUDA_SUFFIXES = {".cu"}
 # A cuda-flags entry kernel-builder drops for CUDA < 12.8 (kernel.cmake).
 _TEMPLATE_STUB_FLAG = re.compile(r"-static-global-template-stub=(true|false)")
