@@ -81,26 +81,36 @@ def check(flags: list[str]) -> None:
 def _cmake_list(text: str) -> list[str]:
     """text split at the `;` of a CMake list: not inside [...], and `\\;` a separator too
     (what reaches COMPILE_OPTIONS through kernel-builder's quoting); empty entries dropped."""
-    items: list[str] = []
+    return [item for item in _split(text, ";", "[", "]", escaped=True) if item]
+
+
+def _split(text: str, separator: str, opener: str, closer: str, escaped: bool = False) -> list[str]:
+    """text split at each separator outside opener...closer (nested); escaped: a backslash
+    before a separator is dropped, the separator kept as one."""
+    parts: list[str] = []
     current: list[str] = []
     depth, i = 0, 0
     while i < len(text):
-        char = text[i]
-        if char == "\\" and text.startswith(";", i + 1):
+        if escaped and text.startswith("\\" + separator, i):
             i += 1
-            char = ";"
-        elif char == "[":
+            char = separator
+        elif text.startswith(opener, i):
             depth += 1
-        elif char == "]" and depth:
-            depth -= 1
-        if char == ";" and depth == 0:
-            items.append("".join(current))
+            current.append(opener)
+            i += len(opener)
+            continue
+        else:
+            char = text[i]
+            if char == closer and depth:
+                depth -= 1
+        if char == separator and depth == 0:
+            parts.append("".join(current))
             current = []
         else:
             current.append(char)
         i += 1
-    items.append("".join(current))
-    return [item for item in items if item]
+    parts.append("".join(current))
+    return parts
 
 
 def _evaluate(text: str, context: Context) -> str:
@@ -134,24 +144,7 @@ def _closing(text: str, start: int) -> int:
 
 def _split_top(text: str, separator: str) -> list[str]:
     """text split at each separator outside nested expressions."""
-    parts, depth, current, i = [], 0, [], 0
-    while i < len(text):
-        if text.startswith("$<", i):
-            depth += 1
-            current.append("$<")
-            i += 2
-            continue
-        char = text[i]
-        if char == ">" and depth:
-            depth -= 1
-        if char == separator and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-        i += 1
-    parts.append("".join(current))
-    return parts
+    return _split(text, separator, "$<", ">")
 
 
 def _expression(content: str, context: Context) -> str:
