@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import img2gray_as, kernel_matrix
 
+from kernel_matrix.building.provenance import compiler_version
 from kernel_matrix.config.genex import Context, GenexError, check, expand
 from kernel_matrix.errors import ExitCode
-from kernel_matrix.planning.toolchain import compiler_version
 
 CXX, CUDA, CLANG = Context("CXX"), Context("CUDA"), Context("CXX", cxx_id="Clang")
 

@@ -35,7 +35,7 @@ from kernel_matrix.building.compile import (
 from kernel_matrix.building.dependencies import Resolved
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
 from kernel_matrix.building.objcache import ObjectCache, write_key_record
-from kernel_matrix.building.provenance import git_state, toolchain
+from kernel_matrix.building.provenance import compiler_version, git_state, toolchain
 from kernel_matrix.building.torch_cmake import interface_defines
 from kernel_matrix.building.variant_dir import (
     package_files,
@@ -74,14 +74,7 @@ from kernel_matrix.planning.capabilities import (
     variant_archs,
 )
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
-from kernel_matrix.planning.toolchain import (
-    TVM_FFI_REQUIREMENT,
-    Nvcc,
-    Toolchain,
-    TorchInstall,
-    TvmFfiInstall,
-    compiler_version,
-)
+from kernel_matrix.planning.toolchain import TVM_FFI_REQUIREMENT, Nvcc, Toolchain, TorchInstall, TvmFfiInstall
 from kernel_matrix.planning.torch_cuda import cuda_mismatch
 from kernel_matrix.planning.variants import TVM_FFI_VERSION, Variant, torch_minor
 

@@ -4,6 +4,7 @@ the same bytes (`kernel-matrix verify`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -72,13 +73,33 @@ def toolchain(*, torch_version: str, python: str, cxx: str, nvcc: str | None, so
     names itself, the build's SOURCE_DATE_EPOCH and, in a container, its image."""
     record = {"torch": torch_version, "python": _python_version(python), "cxx": _first_line(compiler_identity(cxx))}
     if nvcc is not None:
-        identity = compiler_identity(nvcc) or ""
-        release = re.search(r"release \S+ V([\d.]+)", identity)  # "release 13.0, V13.0.88"
-        record["nvcc"] = release.group(1) if release else _first_line(identity)
+        record["nvcc"] = _nvcc_release(nvcc) or _first_line(compiler_identity(nvcc))
     record["source-date-epoch"] = source_date_epoch
     if image := os.environ.get(BUILDER_IMAGE_ENV):
         record["builder-image"] = image
     return record
+
+
+def _nvcc_release(nvcc: str) -> str | None:
+    """nvcc's full version from its --version ("release 13.0, V13.0.88" -> "13.0.88")."""
+    release = re.search(r"release \S+ V([\d.]+)", compiler_identity(nvcc) or "")
+    return release.group(1) if release else None
+
+
+@functools.cache
+def compiler_version(compiler: str) -> str:
+    """A compiler's full version, as CMake's CMAKE_<LANG>_COMPILER_VERSION has it ("12.2.0",
+    "13.0.88"; "0" where it does not say): for a kernel's version conditions on flags."""
+    if Path(compiler).name == "nvcc":
+        return _nvcc_release(compiler) or "0"
+    try:
+        out = subprocess.run(
+            [compiler, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "0"
+    match = re.match(r"\s*(\d+(?:\.\d+)*)", out)
+    return match.group(1) if match else "0"
 
 
 def _python_version(python: str) -> str:

@@ -68,18 +68,12 @@ def hint(report: AbiReport) -> str:
     system's libstdc++, and a static library linked in (the CUDA runtime a tvm-ffi kernel
     links) binds glibc's newest symbols. The official builder links against glibc 2.28, and
     its gcc-toolset links those libstdc++ parts statically (libstdc++_nonshared)."""
-    newer = [
-        name
-        for name, found in (
-            ("libstdc++", any("GLIBCXX" in v or "CXXABI" in v for v in report.manylinux_violations)),
-            ("glibc", any(re.search(r"\bGLIBC \d", v) for v in report.manylinux_violations)),
-        )
-        if found
-    ]
-    if not newer or newer == ["glibc"]:  # glibc alone: the compat header's job, not an image's
-        return ""
-    verb = "is" if len(newer) == 1 else "are"
-    return f"; build it with --image official: this system's {' and '.join(newer)} {verb} newer than manylinux_2_28's"
+    violations = report.manylinux_violations
+    if not any("GLIBCXX" in v or "CXXABI" in v for v in violations):
+        return ""  # glibc alone: the compat header's job, not an image's
+    glibc = any(re.search(r"\bGLIBC \d", v) for v in violations)
+    newer = "libstdc++ and glibc are" if glibc else "libstdc++ is"
+    return f"; build it with --image official: this system's {newer} newer than manylinux_2_28's"
 
 
 def variant_libraries(variant_dir: Path) -> list[Path]:

@@ -6,7 +6,6 @@ torch installed for another Python (or one whose CUDA libraries are absent)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -213,20 +212,6 @@ def cuda_home_of(nvcc: Path) -> Path:
         raise ToolchainError(f"{nvcc} --dryrun failed: {exc}") from None
     match = re.search(r"^#\$ TOP=(.+)$", out, re.MULTILINE)
     return Path(match.group(1).strip()).resolve() if match else nvcc.resolve().parent.parent
-
-
-@functools.cache
-def compiler_version(compiler: str) -> str:
-    """A compiler's full version, as CMake's CMAKE_<LANG>_COMPILER_VERSION has it ("12.2.0",
-    "13.0.88"; "0" where it does not say): for a kernel's version conditions on flags."""
-    nvcc = Path(compiler).name == "nvcc"
-    argv = [compiler, "--version"] if nvcc else [compiler, "-dumpfullversion", "-dumpversion"]
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "0"
-    match = re.search(r"V(\d+(?:\.\d+)*)", out) if nvcc else re.match(r"\s*(\d+(?:\.\d+)*)", out)
-    return match.group(1) if match else "0"
 
 
 def nvcc_version(path: Path) -> str:
