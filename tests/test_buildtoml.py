@@ -446,6 +446,24 @@ def test_matrix_notes_skipped_sections_and_an_edition_4_file_at_their_lines(kern
     ]
 
 
+def test_matrix_notes_a_backend_no_section_is_for_once_at_general_backends(kernel_copy):
+    """Without [kernel.img2gray_cpu] the CPU variant compiles the binding alone (kernel-builder
+    makes no CPU variant of such a kernel): `matrix` says so before any job, once for the
+    backend however many CPU cells there are, and nothing for cuda, which has its section."""
+    text = (kernel_copy / "build.toml").read_text()
+    (kernel_copy / "build.toml").write_text(text[: text.index("[kernel.img2gray_cpu]")])
+    lines = text.splitlines()
+    result = kernel_matrix("matrix", "--kernel-dir", str(kernel_copy))
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if ": note: " in line]
+    backends = next(i for i, line in enumerate(lines) if line.startswith("backends")) + 1
+    assert notes == [
+        f'{kernel_copy / "build.toml"}:{backends}:1: note: no [kernel.*] section has backend = "cpu": the cpu '
+        'variant compiles only [torch] src (the binding); add a section with backend = "cpu", or leave "cpu" out '
+        "of general.backends (kernel-builder builds no cpu variant of this kernel)"
+    ]
+
+
 def test_matrix_names_the_edition_4_files_of_a_repository_in_one_line(tmp_path):
     for name in ("gray-a", "gray-b", "gray-c"):
         shutil.copytree(KERNEL_DIR, tmp_path / name, ignore=shutil.ignore_patterns("build", "__pycache__"))

@@ -372,15 +372,21 @@ def skipped_note(kernel_dir: Path, config: BuildConfig) -> str | None:
 
 
 def no_section_note(kernel_dir: Path, config: BuildConfig, backend: str) -> str | None:
-    """A line for a [torch] kernel built for a backend that general.backends lists but no
-    [kernel.*] section is for: only torch-ext's sources compile into its library, as in
-    kernel-builder's build of it, and the binding's references to the other backends'
-    code are then undefined (the load after the build says so)."""
+    """A line for a compiled kernel built for a backend that general.backends lists but no
+    [kernel.*] section is for: only the binding's sources compile into its library, and
+    its references to the other backends' code are then undefined (the load after the
+    build says so). kernel-builder makes no such variant either: it takes the backend for
+    a Python-only one (nix-builder lib/build.nix, kernelBackends) and runs `setup.py
+    build_kernel --backend <backend>`, an option the setup.py it generates for a [torch]
+    or [tvm-ffi] kernel does not have (templates/*/setup.py: BuildKernel.user_options = [])."""
     if config.noarch or config.kernels_for(backend):
         return None
+    binding = "tvm-ffi" if config.tvm_ffi else "torch"
     return (
         f'{located(kernel_dir, "general", "backends")}: note: no [kernel.*] section has backend = "{backend}": '
-        f"the {backend} variant compiles only [torch] src (the binding)"
+        f"the {backend} variant compiles only [{binding}] src (the binding); add a section with "
+        f'backend = "{backend}", or leave "{backend}" out of general.backends '
+        f"(kernel-builder builds no {backend} variant of this kernel)"
     )
 
 

@@ -35,6 +35,7 @@ from kernel_matrix.config.buildtoml import (
     BuildConfig,
     edition_4_note,
     load_build_toml,
+    no_section_note,
     skipped_note,
 )
 from kernel_matrix.config.didyoumean import did_you_mean
@@ -336,9 +337,12 @@ class Resolved:
     def notes(self) -> list[str]:
         """What the selected kernels' builds will say about their build.toml files, said
         before any job runs: [kernel.*] sections of backends kernel-matrix does not build
-        (a line a kernel), and files without `edition`, upgraded in memory as kernel-builder
+        (a line a kernel), selected backends no [kernel.*] section is for, and files without `edition`, upgraded in memory as kernel-builder
         upgrades them (a line of their own for one kernel, else one line naming them all)."""
         lines = [note for kernel in self.kernels if (note := skipped_note(kernel.dir, kernel.config))]
+        for kernel in self.kernels:  # a selected backend that only the binding would be compiled for
+            backends = sorted({cell.variant.backend for cell in self.cells_of(kernel)})
+            lines += [note for backend in backends if (note := no_section_note(kernel.dir, kernel.config, backend))]
         edition_4 = [kernel for kernel in self.kernels if kernel.config.general.edition is None]
         if len(edition_4) == 1 and (note := edition_4_note(edition_4[0].dir, edition_4[0].config)):
             lines.append(note)
