@@ -337,8 +337,9 @@ class Resolved:
     def notes(self) -> list[str]:
         """What the selected kernels' builds will say about their build.toml files, said
         before any job runs: [kernel.*] sections of backends kernel-matrix does not build
-        (a line a kernel), selected backends no [kernel.*] section is for, and files without `edition`, upgraded in memory as kernel-builder
-        upgrades them (a line of their own for one kernel, else one line naming them all)."""
+        (a line a kernel), selected backends that no [kernel.*] section is for, and files
+        without `edition`, upgraded in memory as kernel-builder upgrades them (a line of
+        their own for one kernel, else one line naming them all)."""
         lines = [note for kernel in self.kernels if (note := skipped_note(kernel.dir, kernel.config))]
         for kernel in self.kernels:  # a selected backend that only the binding would be compiled for
             backends = sorted({cell.variant.backend for cell in self.cells_of(kernel)})
