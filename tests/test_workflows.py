@@ -237,19 +237,42 @@ def render(value, context: dict):
 
 
 def runs(job: dict, context: dict) -> bool:
-    """Whether GitHub starts the job: its `if`, with success() added when it names no status function."""
+    """Whether GitHub starts the job (or step): its `if`, with success() added when it names no status
+    function. A job sees the needs it names, each with its result (context["results"], success by default):
+    success() is true only where every one succeeded (not where one was skipped: GitHub then skips the job),
+    failure() where one failed, cancelled() where the run was cancelled. A step sees its job's status."""
+    status = context["status"]
+    if "needs" in job:
+        needs = [job["needs"]] if isinstance(job["needs"], str) else job["needs"]
+        results = {name: context["results"].get(name, "success") for name in needs}
+        if status != "cancelled":
+            if "failure" in results.values():
+                status = "failure"
+            elif any(result != "success" for result in results.values()):
+                status = "skipped"
+        seen = {name: {**context["needs"].get(name, {}), "result": results[name]} for name in needs}
+        context = context | {"needs": seen, "status": status}
     condition = job.get("if")
     if condition is None:
-        return context["status"] == "success"
+        return status == "success"
     condition = re.sub(r"^\$\{\{(.*)\}\}$", r"\1", condition.strip(), flags=re.S)
     if not any(f in condition for f in Expression.STATUS_FUNCTIONS):
         condition = f"success() && ({condition})"
     return truthy(Expression(condition).evaluate(context))
 
 
-def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, status: str = "success", **inputs):
+def run_context(
+    kind: str,
+    *,
+    ref: str = "refs/heads/main",
+    run_id: int = 1001,
+    status: str = "success",
+    results: dict[str, str] | None = None,
+    **inputs,
+):
     """The contexts of the reusable workflow's jobs in one kind of run of build.yml (repository owner/kernel,
-    default branch main): the caller's event, and the inputs and secret its job passes."""
+    default branch main): the caller's event, and the inputs and secret its job passes. results: the jobs
+    that did not succeed ("failure", "skipped"); status "cancelled": the run was cancelled."""
     github = {
         "repository": "owner/kernel",
         "run_id": run_id,
@@ -282,7 +305,7 @@ def run_context(kind: str, *, ref: str = "refs/heads/main", run_id: int = 1001, 
     called = {name: spec.get("default") for name, spec in BUILD["on"]["workflow_call"]["inputs"].items()}
     called |= {name: render(value, caller) for name, value in CALLER_JOB["with"].items()}
     secrets = {name: render(value, caller) for name, value in CALLER_JOB["secrets"].items()}
-    context = {"github": github, "inputs": called, "secrets": secrets, "status": status}
+    context = {"github": github, "inputs": called, "secrets": secrets, "status": status, "results": results or {}}
     context["env"] = {name: render(value, context) for name, value in BUILD.get("env", {}).items()}
     outputs = {"jobs": '{"include":[{}]}', "gpu_jobs": '{"include":[{}]}', "wheels": "true"}
     context["needs"] = {"plan": {"outputs": outputs}}
@@ -384,9 +407,9 @@ def test_the_job_graph():
         "test-cpu": ["plan", "build"],
         "test-gpu": ["plan", "build"],
         "summary": ["build", "test-cpu", "test-gpu"],
-        "publish": ["build", "test-cpu", "test-gpu"],
-        # Wheels are attached only once the Hub release is done.
-        "release-wheels": ["plan", "build", "test-cpu", "test-gpu", "publish"],
+        "publish": ["plan", "build", "test-cpu", "test-gpu"],
+        # Wheels are attached only once the Hub release is done (publish needs every build and test).
+        "release-wheels": ["plan", "publish"],
     }
     assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs", "wheels"}
     for name, output in (("build", "jobs"), ("test-cpu", "jobs"), ("test-gpu", "gpu_jobs")):
@@ -542,7 +565,7 @@ GPU_RUNS = {
     "push to main": (run_context("push"), True),
     "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
     "dispatch": (run_context("dispatch", ref="refs/heads/feature"), True),
-    "same-repo-pr, a build failed": (run_context("same-repo-pr", status="failure"), True),
+    "same-repo-pr, a build failed": (run_context("same-repo-pr", results={"build": "failure"}), True),
     "same-repo-pr, cancelled": (run_context("same-repo-pr", status="cancelled"), False),
 }
 
@@ -597,6 +620,12 @@ def test_the_condition_evaluator_reads_github_semantics():
     assert Expression("!cancelled() && 1 == 1").evaluate(context) is True
     assert Expression("format('refs/heads/{0}', 'main')").evaluate(context) == "refs/heads/main"
     assert Expression("null == ''").evaluate(context) is True  # both are 0 as numbers
+    # A job whose need was skipped is skipped, unless its condition names a status function.
+    skipped = run_context("push", results={"test-gpu": "skipped"})
+    assert runs({"needs": ["test-gpu"]}, skipped) is False
+    assert runs({"needs": ["test-gpu"], "if": "github.event_name == 'push'"}, skipped) is False
+    assert runs({"needs": ["test-gpu"], "if": "!cancelled() && needs.test-gpu.result == 'skipped'"}, skipped) is True
+    assert runs({"needs": "plan", "if": "needs.build.result == 'success'"}, skipped) is False  # not a need: null
 
 
 # --- the plan job: what its commands write is what the matrix jobs read -----------------------------------------
@@ -1016,6 +1045,11 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
 # --- releases: only tags and the default branch publish, and only publish sees the Hub token --------------------
 
 
+def _no_gpu_jobs(context: dict) -> dict:
+    context["needs"]["plan"]["outputs"]["gpu_jobs"] = ""
+    return context
+
+
 PUBLISH_RUNS = {
     "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
     "push to main": (run_context("push"), False),
@@ -1030,7 +1064,18 @@ PUBLISH_RUNS = {
     ),
     "dispatch, no publish": (run_context("dispatch"), False),
     "dispatch, dry-run only": (run_context("dispatch", dry_run=True), False),
-    "tag, a GPU test failed": (run_context("push", ref="refs/tags/v1.2.0", status="failure"), False),
+    "tag, a GPU test failed": (run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "failure"}), False),
+    "tag, a CPU test failed": (run_context("push", ref="refs/tags/v1.2.0", results={"test-cpu": "failure"}), False),
+    "tag, a build failed": (run_context("push", ref="refs/tags/v1.2.0", results={"build": "failure"}), False),
+    "tag, cancelled": (run_context("push", ref="refs/tags/v1.2.0", status="cancelled"), False),
+    # A matrix with no GPU job (CPU-only, Python-only kernels): test-gpu is skipped, the release goes on.
+    "tag, no GPU job": (_no_gpu_jobs(run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "skipped"})), True),
+    "dispatch on main, no GPU job": (
+        _no_gpu_jobs(run_context("dispatch", publish=True, results={"test-gpu": "skipped"})),
+        True,
+    ),
+    # GPU jobs were planned and did not run (GitHub skipped them): not a release.
+    "tag, GPU tests skipped": (run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "skipped"}), False),
 }
 
 
@@ -1131,7 +1176,8 @@ def test_only_release_wheels_holds_the_job_token_and_may_write():
 
 RELEASE_RUNS = {
     "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
-    "tag, a test or the publish failed": (run_context("push", ref="refs/tags/v1.2.0", status="failure"), False),
+    "tag, the publish failed": (run_context("push", ref="refs/tags/v1.2.0", results={"publish": "failure"}), False),
+    "tag, the publish skipped": (run_context("push", ref="refs/tags/v1.2.0", results={"publish": "skipped"}), False),
     "tag, cancelled": (run_context("push", ref="refs/tags/v1.2.0", status="cancelled"), False),
     "push to main": (run_context("push"), False),
     "same-repo-pr": (run_context("same-repo-pr"), False),
