@@ -1,6 +1,7 @@
 """The kernel's own test suite, run by `kernel-matrix test` against each built
 variant: loaded by the real `kernels` loader in a fresh process."""
 
+import os
 import shutil
 
 import pytest
@@ -32,6 +33,36 @@ def test_a_failing_suite_is_reported_with_its_exit_code(built, kernel_copy):
     result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy))
     assert result.returncode == 6
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: the test suite of {variant.name} failed")
+
+
+def test_a_cuda_only_kernels_variant_without_a_gpu_is_loaded_and_its_suite_not_run(built, kernel_copy, tmp_path):
+    """The CPU test job of a CUDA cell (GPUs hidden): a kernel that declares no cpu backend has
+    no suite to run there (maxsim's falls back to CPU tensors, which its CUDA-only ops refuse),
+    so the variant is loaded by the real loader instead; with cpu declared, the suite runs."""
+    if "cuda" not in built:
+        pytest.skip("no cuda variant can be built on this machine")
+    variant = built["cuda"]
+    (kernel_copy / "tests" / "test_needs_a_gpu.py").write_text("def test_gpu():\n    raise AssertionError('ran')\n")
+    toml = kernel_copy / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda"]', 'backends = ["cuda"]', 1))
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy), env=hidden)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        f"skipped {variant.name}: loaded by kernels.get_local_kernel; the suite not run: no GPU here, and "
+        'general.backends ["cuda"] has no cpu (its tests need a GPU: run them on one)'
+    )
+    # A variant that does not load fails the test, as the suite would have.
+    broken = tmp_path / variant.name
+    shutil.copytree(variant, broken)
+    (broken / "__init__.py").write_text("raise RuntimeError('broken on import')\n")
+    result = kernel_matrix("test", str(broken), "--kernel-dir", str(kernel_copy), env=hidden)
+    assert result.returncode == 6, result.stderr
+    assert "does not load it" in result.stderr and "RuntimeError: broken on import" in result.stderr
+    # Declaring cpu, the suite runs with GPUs hidden (its CPU cases), and the planted test fails it.
+    toml.write_text(toml.read_text().replace('backends = ["cuda"]', 'backends = ["cpu", "cuda"]', 1))
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy), env=hidden)
+    assert result.returncode == 6 and "ran" in result.stdout, result.stderr
 
 
 def test_an_unknown_variant_is_one_clear_line(tmp_path):

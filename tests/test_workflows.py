@@ -604,6 +604,17 @@ def test_the_workflows_page_names_every_workflow_job_and_input():
         assert command in page, command
 
 
+def test_the_workflows_pages_local_recipe_names_a_cell_of_the_pr_profile():
+    """Its `V=` is "one of" `matrix --profile pr`'s cells: its publish --dry-run --allow-partial
+    releases what was built, which must be a variant of that profile."""
+    from kernel_matrix.planning.selection import Selection
+
+    page = (REPO / "docs" / "workflows.md").read_text()
+    (kernel, variant) = re.search(r"^K=(\S+) V=(\S+)", page, flags=re.M).groups()
+    cells = Selection(REPO / "build_matrix.yaml", profile="pr").resolve().cells
+    assert (kernel, variant) in {(cell.kernel, cell.variant.name) for cell in cells}
+
+
 def test_gpu_tests_are_skipped_without_cuda_cells():
     context = run_context("push")
     context["needs"]["plan"]["outputs"]["gpu_jobs"] = ""
@@ -1069,7 +1080,10 @@ PUBLISH_RUNS = {
     "tag, a build failed": (run_context("push", ref="refs/tags/v1.2.0", results={"build": "failure"}), False),
     "tag, cancelled": (run_context("push", ref="refs/tags/v1.2.0", status="cancelled"), False),
     # A matrix with no GPU job (CPU-only, Python-only kernels): test-gpu is skipped, the release goes on.
-    "tag, no GPU job": (_no_gpu_jobs(run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "skipped"})), True),
+    "tag, no GPU job": (
+        _no_gpu_jobs(run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "skipped"})),
+        True,
+    ),
     "dispatch on main, no GPU job": (
         _no_gpu_jobs(run_context("dispatch", publish=True, results={"test-gpu": "skipped"})),
         True,

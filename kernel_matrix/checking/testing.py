@@ -13,10 +13,10 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kernel_matrix.building.variant_dir import render_template
-from kernel_matrix.errors import ConfigError, TestFailure
+from kernel_matrix.errors import BuildError, ConfigError, TestFailure
 from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.capabilities import runs_on
 
@@ -76,11 +76,11 @@ def run_installed_tests(
     """Run tests_dir against `package` as installed in python's environment (a wheel).
     Skipped, as a variant is, where the GPU there runs none of the archs the wheel's
     metadata.json declares; a note (say) where there is no GPU at all."""
-    refusal, note = gpu_check(_installed_metadata(package, python), python)
-    if refusal:
-        return Outcome(refusal, skipped=True)
-    if note:
-        say(note)
+    gpu = gpu_check(_installed_metadata(package, python), python)
+    if gpu.refusal:
+        return Outcome(gpu.refusal, skipped=True)
+    if gpu.note:
+        say(gpu.note)
     _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
     return Outcome("installed")
 
@@ -163,11 +163,13 @@ def run_kernel_tests(
             f"{variant_dir / METADATA}: id {json.dumps(module)[:80]} is not a Python module name: "
             "not a variant kernel-matrix built"
         )
-    refusal, note = gpu_check(metadata, python)
-    if refusal:
-        return Outcome(refusal, skipped=True)
-    if note:
-        say(note)
+    gpu = gpu_check(metadata, python)
+    if gpu.refusal:
+        return Outcome(gpu.refusal, skipped=True)
+    if gpu.absent and "cpu" not in config.general.backends:
+        return _load_only(variant_dir, config, python)
+    if gpu.note:
+        say(gpu.note)
     env = {
         VARIANT_ENV: str(variant_dir),
         "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
@@ -245,33 +247,58 @@ print(json.dumps(list(torch.cuda.get_device_capability()) if gpu else None))
 """
 
 
-def gpu_check(metadata: object, python: str | None) -> tuple[str | None, str | None]:
+class GpuCheck(NamedTuple):
+    refusal: str | None = None  # why the loader refuses the variant on this GPU
+    note: str | None = None  # a line to say before the suite
+    absent: bool = False  # a CUDA variant, and no GPU this torch can use (or GPUs hidden)
+
+
+def gpu_check(metadata: object, python: str | None) -> GpuCheck:
     """For a CUDA variant, against the GPU the tests run on: why the `kernels` loader would
-    refuse it there (kernels' check_arch: none of its archs runs there), or a note that no
-    GPU is there at all (unless GPUs were hidden on purpose: CUDA_VISIBLE_DEVICES=). A GPU
-    runner whose GPU the variant was not built for (a Blackwell-only kernel on an H200)
-    has nothing to test: the suite would fail at its first get_kernel."""
+    refuse it there (kernels' check_arch: none of its archs runs there), or that no GPU
+    is there at all, with a note unless GPUs were hidden on purpose (CUDA_VISIBLE_DEVICES=).
+    A GPU runner whose GPU the variant was not built for (a Blackwell-only kernel on an
+    H200) has nothing to test: the suite would fail at its first get_kernel."""
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
     if not isinstance(backend, dict) or backend.get("type") != "cuda":
-        return None, None
+        return GpuCheck()
     capability = _probe(python, _GPU_PROBE, timeout=300)
     if capability is None:
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
         note = "no GPU that this torch can use: the suite's CUDA cases will skip or fail here (run it on a GPU)"
-        return None, None if hidden else note
+        return GpuCheck(note=None if hidden else note, absent=True)
     archs = backend.get("archs")
     if not (isinstance(capability, list) and len(capability) == 2 and all(isinstance(c, int) for c in capability)):
-        return None, None
+        return GpuCheck()
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        return None, None
+        return GpuCheck()
     major, minor = capability
     if runs_on(archs, (major, minor)):
-        return None, None
-    refusal = (
-        f"this GPU (capability {major}.{minor}) runs none of the variant's archs ({', '.join(archs)}): "
+        return GpuCheck()
+    return GpuCheck(
+        refusal=f"this GPU (capability {major}.{minor}) runs none of the variant's archs ({', '.join(archs)}): "
         "kernels.get_kernel refuses it on this GPU (check_arch); test it on a GPU it was built for"
     )
-    return refusal, None
+
+
+def _load_only(variant_dir: Path, config: BuildConfig, python: str | None) -> Outcome:
+    """A CUDA variant of a kernel that declares no cpu backend, where no GPU is: its suite
+    has nothing it could run (a suite that falls back to CPU tensors calls ops registered
+    for CUDA only, and fails), so the variant is loaded by the real loader instead, with
+    this torch: its library links and registers. The GPU test job runs the suite."""
+    from kernel_matrix.checking.load import load_check
+
+    try:
+        why = load_check(variant_dir, variant_dir.name, python=python or sys.executable, backend="cuda")
+    except BuildError as exc:
+        raise TestFailure(str(exc).replace("built, but ", "", 1)) from None
+    loaded = f"not loaded ({why})" if why else "loaded by kernels.get_local_kernel"
+    backends = json.dumps(config.general.backends)
+    return Outcome(
+        f"{loaded}; the suite not run: no GPU here, and general.backends {backends} has no cpu "
+        "(its tests need a GPU: run them on one)",
+        skipped=True,
+    )
 
 
 def hub_repo_id(config: BuildConfig) -> str:
