@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,9 @@ def cli_jobs(profile: str = "full", only: str | None = None, file: Path | None =
 def matrix_text() -> str:
     """The repository's build_matrix.yaml, its kernel named by absolute path: for copies elsewhere."""
     return (REPO / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {REPO / 'kernel'}")
+
+
+def needed_libraries(library: Path) -> list[str]:
+    """The DT_NEEDED entries of a shared library (readelf -d)."""
+    out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)

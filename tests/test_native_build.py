@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import KERNEL_DIR, REPO, kernel_matrix, snapshot
+from conftest import KERNEL_DIR, REPO, kernel_matrix, needed_libraries, snapshot
 from kernels._rust import Digest, DigestAlgorithm, Metadata
 from kernels.variants import parse_variant
 
@@ -333,3 +333,19 @@ def test_the_cxx_standard_follows_the_torch_as_kernel_builders(torch, std):
     from kernel_matrix.building.compile import cxx_standard
 
     assert cxx_standard(torch) == std
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_torchs_libraries_are_needed_as_torchs_cmake_package_links_them(built, backend):
+    """torch, torch_cpu (and torch_cuda for CUDA) stay DT_NEEDED under the linker's --as-needed
+    (Debian's default): a kernel calling cuBLASLt itself finds cublasLt* through libtorch_cuda's
+    own dependencies, as in kernel-builder's CMake link (Caffe2Targets.cmake: -Wl,--no-as-needed)."""
+    if backend not in built:
+        pytest.skip(f"no {backend} variant can be built on this machine")
+    (library,) = built[backend].glob("*.so")
+    needed = needed_libraries(library)
+    wanted = {"libtorch.so", "libtorch_cpu.so", *(["libtorch_cuda.so"] if backend == "cuda" else [])}
+    assert wanted <= set(needed), needed
+    if backend == "cpu":
+        assert "libtorch_cuda.so" not in needed, needed

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KERNEL_DIR, cli_matrix, kernel_matrix, tvm_ffi_kernel
+from conftest import KERNEL_DIR, cli_matrix, kernel_matrix, needed_libraries, tvm_ffi_kernel
 
 from kernel_matrix.config.buildtoml import load_build_toml
 from kernel_matrix.errors import ExitCode, ToolchainError
@@ -117,11 +117,6 @@ def test_torch_ops_of_a_tvm_ffi_package_are_checked_as_kernel_builder_checks_the
     assert not (tmp_path / "build").exists()
 
 
-def _needed(library: Path) -> list[str]:
-    out = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
-    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
-
-
 @pytest.mark.build
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
 def test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite(tmp_path, backend):
@@ -153,7 +148,7 @@ def test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite(tmp_path, backen
     assert sorted(p.name for p in variant.iterdir()) == sorted(
         ["__init__.py", "_ops.py", f"{module}.so", "metadata.json"]
     )
-    needed = _needed(variant / f"{module}.so")
+    needed = needed_libraries(variant / f"{module}.so")
     assert "libtvm_ffi.so" in needed, needed
     # No torch, and (as CMake links a CUDA library by default) no shared CUDA runtime to find.
     assert not [n for n in needed if n.startswith(("libtorch", "libc10", "libcudart", "libpython"))], needed

@@ -222,16 +222,30 @@ def nvcc_compile(
 
 
 def link_shared(
-    cxx: str, objects: list[Path], output: Path, *, lib_dirs: list[Path], libs: list[str], flags: Sequence[str] = ()
+    cxx: str,
+    objects: list[Path],
+    output: Path,
+    *,
+    lib_dirs: list[Path],
+    libs: list[str],
+    needed: Sequence[str] = (),
+    flags: Sequence[str] = (),
 ) -> list[str]:
+    """The link of the library. `needed` are linked whether or not an object uses
+    them (DT_NEEDED even under --as-needed, Debian's and Ubuntu's default), as
+    torch's CMake package links torch, torch_cpu and torch_cuda (Caffe2Targets.cmake:
+    `-Wl,--no-as-needed,<lib> -Wl,--as-needed`): a kernel calling cuBLASLt itself
+    resolves cublasLt* through libtorch_cuda's own dependencies."""
     # No rpath: torch and the CUDA runtime are already loaded by `import torch`
     # when the loader imports the kernel, and are found by soname.
+    kept = ["-Wl,--no-as-needed", *(f"-l{lib}" for lib in needed), "-Wl,--as-needed"] if needed else []
     return [
         cxx,
         "-shared",
         *flags,
         *(str(o) for o in objects),
         *(f"-L{d}" for d in lib_dirs),
+        *kept,
         *(f"-l{lib}" for lib in libs),
         "-o",
         str(output),

@@ -607,14 +607,16 @@ def build_steps(
             replace(s, tuning=(*s.tuning, f"--threads={threads}")) if s.argv[0] == nvcc else s for s in compiles
         ]
 
+    needed: list[str] = []  # torch's libraries, linked as torch's CMake package links them (link_shared)
     if tvm_ffi is None:
-        libs = ["c10", "torch", "torch_cpu"]
+        libs, needed = ["c10"], ["torch", "torch_cpu"]
         lib_dirs = [plan.torch.lib_dir]
     else:  # libtvm_ffi.so, by its file name (tvm-ffi's CMake package links the file itself)
         libs, lib_dirs = [f":{tvm_ffi.library.name}"], [tvm_ffi.library.parent]
     if plan.nvcc is not None and tvm_ffi is None:
         cudart = plan.nvcc.cudart
-        libs += ["c10_cuda", "torch_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
+        needed.append("torch_cuda")
+        libs += ["c10_cuda", f":{cudart.name}"]  # -l:NAME also takes a versioned file name
         lib_dirs.append(cudart.parent)
     elif plan.nvcc is not None:
         # CMake's default for a CUDA library (CMAKE_CUDA_RUNTIME_LIBRARY Static), as kernel-builder
@@ -624,7 +626,9 @@ def build_steps(
         lib_dirs.append(cudart.parent)
     link = Step(
         f"link {so_path.name}",
-        link_shared(plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, flags=openmp),
+        link_shared(
+            plan.cxx, [s.output for s in compiles], so_path, lib_dirs=lib_dirs, libs=libs, needed=needed, flags=openmp
+        ),
         so_path,
     )
     return compiles, link
