@@ -3,12 +3,14 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -96,7 +98,8 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
     monkeypatch.setattr(pool, "build_cell", fake_build)
     monkeypatch.setattr(images, "offline_base", lambda client, log: "base")
     monkeypatch.setattr(images, "builder_image", lambda client, base, **kw: "builder")
-    from types import SimpleNamespace
+    from pathlib import Path
+from types import SimpleNamespace
 
     client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
     results = pool.build_cells(
@@ -204,6 +207,66 @@ def test_the_compat_header_keeps_math_calls_at_glibc_2_28(tmp_path):
     assert "GLIBC_2.29" in _dynamic_symbols(tmp_path, source, compat=False)
     symbols = _dynamic_symbols(tmp_path, source, compat=True)
     assert "GLIBC_2.29" not in symbols and "log2" in symbols
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.skipif(not _glibc_at_least((2, 34)), reason="libpthread's functions have no GLIBC_2.34 version here")
+def test_the_compat_header_keeps_thread_calls_at_glibc_2_28(tmp_path):
+    """glibc 2.34 moved libpthread and librt into libc under new versions: FlashRT's
+    small-matrix-cholesky (std::call_once) built here failed `pthread_once needs GLIBC 2.34`."""
+    source = (
+        "#include <mutex>\n#include <thread>\n#include <semaphore.h>\n#include <time.h>\n"
+        "static std::once_flag flag;\n"
+        'extern "C" int use(sem_t *s, timer_t *t) { int v = 0; std::call_once(flag, [&] { v = 1; });'
+        " std::thread([&] { v += 1; }).join(); sem_post(s); return v + timer_create(CLOCK_MONOTONIC, nullptr, t); }\n"
+    )
+    assert "GLIBC_2.34" in _dynamic_symbols(tmp_path, source, compat=False)
+    symbols = _dynamic_symbols(tmp_path, source, compat=True)
+    assert "GLIBC_2.34" not in symbols
+    for name, version in (("pthread_once", "2.2.5"), ("sem_post", "2.2.5"), ("timer_create", "2.3.3")):
+        if os.uname().machine == "x86_64":
+            assert re.search(rf"\(GLIBC_{re.escape(version)}\)\s+{name}$", symbols, flags=re.M), name
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or shutil.which("objdump") is None, reason="x86_64, objdump")
+@pytest.mark.skipif(not _glibc_at_least((2, 34)), reason="the table is read against a libc of 2.34 or later")
+def test_the_compat_headers_table_is_this_libcs_glibc_2_28_versions():
+    """Every function this libc exports under GLIBC_2.32 or GLIBC_2.34 as its default, with an
+    older version glibc 2.28 already had, is in the compat header's table at the newest such
+    version (the one glibc 2.28 makes the default; aarch64: that or 2.17, its first)."""
+    from kernel_matrix.building.native_build import COMPAT_SYMBOLS
+
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split("."))
+
+    # The libc this process runs on (the one the compiles here link against).
+    libc = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/libc.so" in line)
+    dump = subprocess.run(["objdump", "-T", libc], capture_output=True, text=True, check=True).stdout
+    default: dict[str, str] = {}
+    older: dict[str, list[str]] = {}
+    for hidden, number, name in re.findall(r" DF \.text\s+\S+\s+(\(?)GLIBC_([\d.]+)\)?\s+(\S+)$", dump, flags=re.M):
+        if hidden:
+            older.setdefault(name, []).append(number)
+        else:
+            default[name] = number
+    expected = {}
+    for name, number in default.items():
+        before = [v for v in older.get(name, []) if version(v) <= (2, 28)]
+        if number in ("2.32", "2.34") and before:
+            x86_64 = max(before, key=version)
+            expected[name] = (x86_64, x86_64 if version(x86_64) >= (2, 17) else "2.17")
+    table = {
+        name: (x86_64, aarch64)
+        for name, x86_64, aarch64 in re.findall(
+            r'^KERNEL_MATRIX_GLIBC_2_28\((\w+), "([\d.]+)", "([\d.]+)"\)$', COMPAT_SYMBOLS.read_text(), flags=re.M
+        )
+    }
+    # Left out on purpose: an executable's entry point, and a _Float128 function aarch64 has not.
+    assert set(expected) - set(table) <= {"__libc_start_main", "__isnanf128"}
+    assert {name: expected[name] for name in table if name in expected} == {
+        name: row for name, row in table.items() if name in expected
+    }
+    assert set(table) <= set(expected), set(table) - set(expected)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
