@@ -98,8 +98,7 @@ def test_one_failing_cell_never_stops_the_others(monkeypatch, tmp_path):
     monkeypatch.setattr(pool, "build_cell", fake_build)
     monkeypatch.setattr(images, "offline_base", lambda client, log: "base")
     monkeypatch.setattr(images, "builder_image", lambda client, base, **kw: "builder")
-    from pathlib import Path
-from types import SimpleNamespace
+    from types import SimpleNamespace
 
     client = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
     results = pool.build_cells(
