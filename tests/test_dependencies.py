@@ -164,6 +164,54 @@ def test_the_override_wins_and_containers_get_only_the_declared_folders(tmp_path
     assert env == {"KERNEL_MATRIX_DEPS_CACHE": "/deps/pinned", "KERNEL_MATRIX_DEPS_DIR": "/deps/override"}
 
 
+def test_an_override_with_the_pins_headers_is_recorded_as_the_pin(tmp_path, monkeypatch):
+    """Headers laid out by hand that are exactly a pin's (the same tree digest) record the pin in
+    metadata.json, as a build that fetched it does; any other headers stay "(not pinned)"."""
+    include = tmp_path / "deps" / "cutlass_4_0" / "include" / "cutlass"
+    include.mkdir(parents=True)
+    (include / "cutlass.h").write_text("// the same as the pin's\n")
+    monkeypatch.setenv("KERNEL_MATRIX_DEPS_DIR", str(tmp_path / "deps"))
+    pin = dependencies.pins()["cutlass_4_0"]
+    digest = dependencies.tree_digest(include.parent)
+    monkeypatch.setattr(dependencies, "pins", lambda: {"cutlass_4_0": replace(pin, digest=digest)})
+    found = dependencies.resolve("cutlass_4_0", "build.toml")
+    assert found.pin is None
+    assert found.record() == f"{pin.what}, {pin.repository}@{pin.commit}, headers sha256:{digest}"
+    (include / "cutlass.h").write_text("// edited\n")
+    assert (
+        dependencies.resolve("cutlass_4_0", "build.toml")
+        .record()
+        .startswith("$KERNEL_MATRIX_DEPS_DIR/cutlass_4_0 (not pinned), headers sha256:")
+    )
+
+
+@pytest.mark.build
+def test_every_compile_sees_every_sections_dependencies_the_binding_too(kernel_copy, tmp_path, monkeypatch):
+    """kernel-builder puts every section's depends on every compile's include path: a binding
+    that includes a CUTLASS header its sections depend on compiles (round 18's repro)."""
+    header = tmp_path / "deps" / "cutlass_4_0" / "include" / "cutlass" / "cutlass.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("#define KERNEL_MATRIX_TEST_CUTLASS 1\n")
+    toml = kernel_copy / "build.toml"
+    text = toml.read_text()
+    cpu = text.index("[kernel.img2gray_cpu]")
+    toml.write_text(text[:cpu] + text[cpu:].replace("depends = []", 'depends = ["cutlass_4_0"]', 1))
+    binding = kernel_copy / "torch-ext" / "torch_binding.cpp"
+    binding.write_text(
+        "#include <cutlass/cutlass.h>\n#if !KERNEL_MATRIX_TEST_CUTLASS\n#error no CUTLASS\n#endif\n"
+        + binding.read_text()
+    )
+    env = {**os.environ, "KERNEL_MATRIX_DEPS_DIR": str(tmp_path / "deps")}
+    build_dir = tmp_path / "build"
+    result = kernel_matrix(
+        "build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(build_dir), env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (variant,) = [d for d in build_dir.iterdir() if (d / "metadata.json").is_file()]
+    provenance = json.loads((variant / "metadata.json").read_text())
+    assert "cutlass_4_0" in json.dumps(provenance)
+
+
 def test_a_dependency_that_cannot_be_fetched_is_one_line_exit_4(tmp_path):
     """relu, with a CPU section that depends on cutlass_4_0 (an archive pin), on a
     host that reaches nothing (a proxy on a closed port): exit 4, one line."""
@@ -176,7 +224,7 @@ def test_a_dependency_that_cannot_be_fetched_is_one_line_exit_4(tmp_path):
     toml.write_text(
         toml.read_text().replace(
             '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = ["torch"]',
-            '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = ["torch", "cutlass_4_0"]',
+            '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = ["torch", "cutlass_4_0", "cutlass_4_5"]',
         )
     )
     proxy = f"http://127.0.0.1:{_closed_port()}"
@@ -186,12 +234,13 @@ def test_a_dependency_that_cannot_be_fetched_is_one_line_exit_4(tmp_path):
         "build", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / "b"), "--backend", "cpu", env=env
     )
     assert result.returncode == ExitCode.TOOLCHAIN, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert (
-        len(errors) == 1
-        and "cutlass_4_0 (CUTLASS 4.0.0): cannot fetch https://github.com/NVIDIA/cutlass/archive/" in errors[0]
-    )
-    assert "$KERNEL_MATRIX_DEPS_DIR/cutlass_4_0/include" in errors[0] and "Traceback" not in result.stderr
+    # One line for each dependency that cannot be had: not only the first, found one run at a time.
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 2, result.stderr
+    for line, (name, what) in zip(lines, [("cutlass_4_0", "4.0.0"), ("cutlass_4_5", "4.5.2")], strict=True):
+        assert f"{name} (CUTLASS {what}): cannot fetch https://github.com/NVIDIA/cutlass/archive/" in line, line
+        assert f"$KERNEL_MATRIX_DEPS_DIR/{name}/include" in line
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.corpus_full

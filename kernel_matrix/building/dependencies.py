@@ -124,10 +124,13 @@ class Resolved:
         return self.pin.digest if self.pin is not None and self.pin.digest else tree_digest(self.include)
 
     def record(self) -> str:
-        """What metadata.json says the variant was built against."""
-        if self.pin is None:
-            return f"${DEPS_DIR_ENV}/{self.name} (not pinned), headers sha256:{self.fingerprint()}"
-        return f"{self.pin.what}, {self.pin.repository}@{self.pin.commit}, headers sha256:{self.pin.digest}"
+        """What metadata.json says the variant was built against: the pin, also for an
+        override whose headers are the pin's (the same tree digest), so that a build
+        with them records, and verify compares, what a build from the pin does."""
+        pin = self.pin or pins().get(self.name)
+        if pin is not None and pin.digest and (self.pin is not None or self.fingerprint() == pin.digest):
+            return f"{pin.what}, {pin.repository}@{pin.commit}, headers sha256:{pin.digest}"
+        return f"${DEPS_DIR_ENV}/{self.name} (not pinned), headers sha256:{self.fingerprint()}"
 
 
 def override(name: str) -> Path | None:

@@ -420,6 +420,7 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
     superset). A file compiled twice would define its symbols twice in the link."""
     kernel_dir = plan.kernel_dir
     merged: dict[str, SectionSource] = {}
+    every = all_dependency_includes(plan, dependencies)
     for name, kernel in plan.sections().items():
         # Generator expressions evaluated for the language each list is given to (as the
         # COMPILE_LANGUAGE wrappers of kernel-builder's kernel.cmake apply them).
@@ -434,7 +435,10 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
         use = SectionSource(
             section=name,
             section_includes=[kernel_dir / d for d in kernel.include],
-            dependency_includes=[dependencies[d].include for d in kernel.depends if d != "torch"],
+            # Its own first, then the other sections' (kernel-builder puts them all on every compile's path).
+            dependency_includes=list(
+                dict.fromkeys([*(dependencies[d].include for d in kernel.depends if d != "torch"), *every])
+            ),
             cxx_flags=plan.flags(kernel.cxx_flags, "CXX", f"[kernel.{name}] cxx-flags"),
             cuda_flags=cuda_flags,
             capabilities=plan.section_capabilities.get(name, []),
@@ -455,6 +459,18 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
                 ptx_for_highest=first.ptx_for_highest or use.ptx_for_highest,
             )
     return merged
+
+
+def all_dependency_includes(plan: BuildPlan, dependencies: dict[str, Resolved]) -> list[Path]:
+    """Every dependency's headers of the plan's sections, in kernel-builder's order: the
+    sections by name, each one's depends as listed (nix-builder lib/build.nix extraDeps:
+    unique (flatten (mapAttrsToList ... depends))). kernel-builder puts them all on every
+    compile's include path (the build inputs of the one derivation; the CMake of a CUTLASS
+    dependency's include_directories), the binding's included: a binding that includes a
+    CUTLASS header compiles there."""
+    sections = plan.sections()
+    names = dict.fromkeys(d for name in sorted(sections) for d in sections[name].depends if d != "torch")
+    return [dependencies[name].include for name in names]
 
 
 def build_steps(
@@ -581,8 +597,14 @@ def build_steps(
         )
         if step is not None:
             compiles.append(step)
-    # The binding sees its own include dirs and the sections' (as one CMake target does).
-    own_includes = [*(kernel_dir / d for d in binding.include), *section_dirs, *binding_includes]
+    # The binding sees its own include dirs and the sections' (as one CMake target does), and
+    # every section's dependencies (as kernel-builder's compiles all do).
+    own_includes = [
+        *(kernel_dir / d for d in binding.include),
+        *section_dirs,
+        *all_dependency_includes(plan, dependencies),
+        *binding_includes,
+    ]
     for src in binding.src:
         source = kernel_dir / src
         output = work / "obj" / ("torch" if tvm_ffi is None else "tvm-ffi") / (src.replace("/", "__") + ".o")
@@ -669,11 +691,17 @@ def plan_dependencies(plan: BuildPlan) -> dict[str, Resolved]:
     """Each dependency of the plan's sections, by name: its folder (holding include/),
     from $KERNEL_MATRIX_DEPS_DIR or the pin's cache (dependencies.resolve)."""
     found: dict[str, Resolved] = {}
+    problems: dict[str, str] = {}  # every dependency that cannot be had, not only the first
     for name, kernel in plan.sections().items():
         for dependency in kernel.depends:
-            if dependency != "torch" and dependency not in found:
+            if dependency != "torch" and dependency not in found and dependency not in problems:
                 where = f"{plan.kernel_dir / 'build.toml'}: [kernel.{name}]"
-                found[dependency] = resolve_dependency(dependency, where)
+                try:
+                    found[dependency] = resolve_dependency(dependency, where)
+                except ToolchainError as exc:
+                    problems[dependency] = str(exc)
+    if problems:
+        raise ToolchainError("\n".join(problems.values()))
     return found
 
 
