@@ -1,6 +1,7 @@
 """The command line: help everywhere, distinct exit codes, one-line errors."""
 
 import os
+import shutil
 
 import pytest
 from conftest import KERNEL_DIR, REPO, img2gray_as, kernel_matrix
@@ -17,10 +18,23 @@ def test_top_level_help_lists_every_command():
         assert command in result.stdout
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+def _every_command() -> list[str]:
+    import typer
+
+    from kernel_matrix.cli import app
+
+    return sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", _every_command())
 def test_every_command_has_help(command):
     result = kernel_matrix(command, "--help")
-    assert result.returncode == 0 and "Usage:" in result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout or f"kernel-matrix {command} [" in result.stdout  # test-variant: its script's
+
+
+def test_the_list_above_names_the_main_commands():
+    assert set(COMMANDS) <= set(_every_command())
 
 
 def test_exit_codes_are_distinct():
@@ -92,6 +106,20 @@ def test_check_abi_passes_a_python_only_variant_and_refuses_a_compiled_one_witho
     result = kernel_matrix("check-abi", "torch214-cxx11-cpu-x86_64-linux", "--build-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr == f"error: {tmp_path / 'torch214-cxx11-cpu-x86_64-linux'}: no .so to check\n"
+
+
+@pytest.mark.build
+def test_check_abi_without_a_variant_checks_this_hosts_as_test_does(built, tmp_path):
+    host = built.get("cuda") or built["cpu"]  # what `build` makes here by default
+    result = kernel_matrix("check-abi", "--build-dir", str(host.parent))
+    assert result.returncode == 0, result.stderr
+    assert host.name in result.stdout + result.stderr
+    if "cuda" in built:  # only the CPU variant built: the line says how to check it
+        shutil.copytree(built["cpu"], tmp_path / built["cpu"].name)
+        result = kernel_matrix("check-abi", "--build-dir", str(tmp_path))
+        assert result.returncode == 2
+        assert f"check it with `kernel-matrix check-abi {built['cpu'].name}`" in result.stderr
+        assert "--backend" not in result.stderr  # check-abi has no such option
 
 
 def test_wheels_of_a_python_only_kernel_say_there_are_none_to_make(tmp_path):

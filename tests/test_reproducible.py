@@ -205,6 +205,33 @@ def test_verify_refuses_what_it_cannot_check_in_one_line(cpu_variant, tmp_path):
     assert line.startswith(f"error: not verified: {renamed}: ") and f"this host builds {variant.name}" in line
 
 
+def test_verify_reads_the_kernel_from_the_matrix_as_every_command_does(cpu_variant, tmp_path):
+    """In a kernel's own folder (no build_matrix.yaml: the default matrix, `kernel: .`) verify
+    needs no --kernel-dir; in a matrix of several kernels it asks which one."""
+    variant, kernel = cpu_variant
+    result = cli_in(kernel, "verify", str(variant))
+    assert result.returncode == 0, result.stderr
+    assert f"identical: {variant} (4 files)" in result.stdout
+    other = tmp_path / "gray-two"
+    shutil.copytree(KERNEL_DIR, other, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    toml = other / "build.toml"
+    toml.write_text(toml.read_text().replace('name = "img2gray"', 'name = "gray-two"', 1))
+    runners = "{build-runner: [ubuntu-24.04], gpu-test-runner: [self-hosted, linux, x64, gpu]}"
+    (tmp_path / "build_matrix.yaml").write_text(
+        f'kernels: [{kernel}, {other}]\ntorch:\n  "2.14": all\narchs:\n  x86_64: {runners}\n'
+    )
+    several = cli_in(tmp_path, "verify", str(variant))
+    assert several.returncode == ExitCode.CONFIG, several.stderr
+    (line,) = error_lines(several)
+    assert "names several kernels" in line and "--kernel NAME" in line
+
+
+def cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **PINNED_GIT}
+    environment.pop("SOURCE_DATE_EPOCH", None)
+    return kernel_matrix(*args, cwd=cwd, env=environment)
+
+
 @pytest.fixture(scope="module")
 def hub(cpu_variant, tmp_path_factory):
     """The CPU variant released on branch v1 of the local Hub, and on branch

@@ -45,7 +45,7 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     return candidate.resolve()
 
 
-def resolve_host_variant(name: str, build_dir: Path, others: Mapping[str, str]) -> Path:
+def resolve_host_variant(name: str, build_dir: Path, others: Mapping[str, str], command: str = "test") -> Path:
     """This host's variant (no VARIANT given: the one `build` makes here), `name`, under
     build_dir. Where it is not built but others are (`build --backend cpu` on a host with a
     CUDA torch), the one line names them and how to test one: by its name, or by the
@@ -58,10 +58,11 @@ def resolve_host_variant(name: str, build_dir: Path, others: Mapping[str, str]) 
         return resolve_variant_dir(name, build_dir)
     shown = ", ".join(built[:5]) + (f" and {len(built) - 5} more" if len(built) > 5 else "")
     backends = [f"`--backend {backend}`" for backend, other in others.items() if other in built]
-    how = f"`kernel-matrix test {built[0]}`" if len(built) == 1 else "`kernel-matrix test VARIANT`"
+    how = f"`kernel-matrix {command} {built[0]}`" if len(built) == 1 else f"`kernel-matrix {command} VARIANT`"
+    verb = "test" if command == "test" else "check"
     raise ConfigError(
         f"{name}: this host's variant is not built (no {build_dir / name / METADATA}); {build_dir} holds {shown}: "
-        f"test {'it' if len(built) == 1 else 'one'} with {' or '.join([how, *backends])}, or build {name} first"
+        f"{verb} {'it' if len(built) == 1 else 'one'} with {' or '.join([how, *backends])}, or build {name} first"
     )
 
 

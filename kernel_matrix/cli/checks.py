@@ -16,7 +16,6 @@ from kernel_matrix.cli.console import console, each_kernel, stdout, styled
 from kernel_matrix.cli.options import (
     BackendOption,
     BuildDirOption,
-    ImageOption,
     KernelDirOption,
     KernelOption,
     MatrixFileOption,
@@ -25,6 +24,7 @@ from kernel_matrix.cli.options import (
 )
 from kernel_matrix.errors import AbiError, ConfigError, KernelMatrixError
 from kernel_matrix.layout import METADATA, BuildDir
+from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -135,12 +135,12 @@ def _noarch_backend(backends: Sequence[str], cuda_torch: bool) -> str:
 
 def check_abi(
     variant: Annotated[
-        str,
+        str | None,
         typer.Argument(
             help="A variant directory, or a variant name under --build-dir (under each kernel's folder of it "
-            "for a matrix of several kernels)."
+            "for a matrix of several kernels); default: this host's, as `test`."
         ),
-    ],
+    ] = None,
     kernel_dir: KernelDirOption = None,
     kernel: KernelOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
@@ -155,13 +155,21 @@ def check_abi(
     In a matrix of several kernels a variant name is looked up in each kernel's folder of
     --build-dir (<build-dir>/<kernel>/<variant>): --kernel picks kernels; without it every
     kernel that has that variant built is checked."""
-    from kernel_matrix.checking.testing import resolve_variant_dir
+    from kernel_matrix.checking.testing import resolve_host_variant, resolve_variant_dir
 
     def check(variant_dir: Path) -> None:
         _check_abi(variant_dir, python_abi=python_abi, manylinux=manylinux)
 
     picked = kernel is not None or kernel_dir is not None
     selection = selection_of(file, kernel=kernel, kernel_dir=kernel_dir)
+    if variant is None:  # this host's variant of each kernel, as `build` made it and `test` tests it
+
+        def host(chosen: Kernel, subfolder: str | None) -> None:
+            name, _ = _host_variants(chosen, python=None, backend=None)  # check-abi has no --backend to offer
+            check(resolve_host_variant(name, BuildDir(build_dir, subfolder).path, {}, "check-abi"))
+
+        each_kernel(selection.kernel_folders(), host)
+        return
     kernels = selection.kernel_folders() if picked else []  # a --kernel the matrix lacks: refused first
     # A variant directory, or a name under --build-dir itself (a matrix of one kernel, a --kernel-dir
     # build, --build-dir build/<kernel>, or no matrix here): checked as it is, no matrix read.
@@ -227,31 +235,39 @@ def verify(
             "else v<version> from build.toml)."
         ),
     ] = None,
-    kernel_dir: Annotated[Path, typer.Option(help="The kernel's sources, in kernel-builder layout.")] = Path("kernel"),
+    kernel_dir: KernelDirOption = None,
+    kernel: KernelOption = None,
     build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),
     python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
-    file: Annotated[
-        Path, typer.Option("--file", "-f", help="The matrix file, whose cells other variants are rebuilt as.")
-    ] = Path("build_matrix.yaml"),
-    image: ImageOption = None,
+    file: MatrixFileOption = Path("build_matrix.yaml"),
+    image: Annotated[
+        ImageKind | None,
+        typer.Option(help="Builder images for the other cells: official or offline (default: the matrix's)."),
+    ] = None,
     in_container: Annotated[
         bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
     ] = False,
 ) -> None:
     """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
 
+    The kernel is the matrix's (--kernel NAME in a matrix of several, or --kernel-dir).
     This host's variants are rebuilt natively, other cells of the matrix in their
     builder image. Exit 0 when every file is identical; 12 (one line per differing
     file) when one differs; 4 when a variant cannot be rebuilt here."""
     from kernel_matrix.releasing.verify import verify_command
 
     check_verify_options(variants or [], repo_id=repo_id, revision=revision)
+    kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
+    if len(kernels) != 1:
+        names = ", ".join(k.name for k, _ in kernels)
+        raise ConfigError(f"{file} names several kernels ({names}): verify one, with --kernel NAME")
+    ((chosen, subfolder),) = kernels
     verify_command(
         variants or [],
         repo_id=repo_id,
         revision=revision,
-        kernel_dir=kernel_dir,
-        build_dir=build_dir,
+        kernel_dir=chosen.dir,
+        build_dir=BuildDir(build_dir, subfolder).path,
         python=python,
         matrix_file=file,
         image_kind=image.value if image else None,
