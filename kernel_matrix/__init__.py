@@ -20,7 +20,7 @@ The package reads top-down, each group using only the groups above it:
 
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 # The installed package's folder: its data files, templates, headers and Dockerfile,
 # and what builder containers mount to run the same code.

@@ -253,3 +253,31 @@ def test_a_closed_stdout_is_written_to_by_no_one(tmp_path):
     matrix = [sys.executable, "-m", "kernel_matrix", "matrix", "--kernel-dir", str(REPO / "kernel")]
     result = subprocess.run(["bash", "-c", f"exec >&-; {shlex.join(matrix)}"], stderr=subprocess.PIPE, text=True)
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("origin", "expected"),
+    [
+        ('{"url": "file://CHECKOUT", "dir_info": {"editable": true}}', "CHECKOUT"),  # a checkout, as setup-dev
+        ('{"url": "file:///nowhere/kernel_matrix-1.whl", "archive_info": {}}', None),  # a wheel since removed
+        (
+            '{"url": "https://github.com/me/km", "vcs_info": {"vcs": "git", "commit_id": "abc"}}',
+            "git+https://github.com/me/km@abc",
+        ),
+        (None, None),  # from the package index: this release
+    ],
+)
+def test_test_variant_installs_the_running_kernel_matrix_where_it_came_from(origin, expected, monkeypatch, tmp_path):
+    """A development version is on no index: a cell's environment gets kernel-matrix from where the
+    running one was installed (PEP 610), else this version from the index."""
+    import importlib
+    from importlib import metadata
+
+    from kernel_matrix import __version__
+
+    test_variant = importlib.import_module("kernel_matrix.cli.test_variant")  # the module, not the command
+
+    text = origin.replace("CHECKOUT", str(tmp_path)) if origin else None
+    monkeypatch.setattr(metadata, "distribution", lambda name: type("D", (), {"read_text": lambda self, f: text})())
+    wanted = expected.replace("CHECKOUT", str(tmp_path)) if expected else f"kernel-matrix=={__version__}"
+    assert test_variant.running_install() == wanted

@@ -43,17 +43,38 @@ def test_the_default_matrix_is_the_repositorys_grid():
     assert default == ours, "data/default_matrix.yaml and build_matrix.yaml differ beyond their kernel line"
 
 
-def test_the_release_names_this_version_and_a_commit_with_the_reusable_workflow():
+def test_the_release_is_this_version_or_this_is_a_development_version_after_it():
+    """data/release.yaml names the latest release: a commit holding the reusable workflow and the
+    package of that version. This package is that release (its code the same as at the commit, but
+    for release.yaml) or a development version after it, which never claims a released number."""
+    from packaging.version import Version
+
     assert set(RELEASE) == {"repository", "commit", "version"}
     assert re.fullmatch(r"[\w-]+/[\w.-]+", RELEASE["repository"]) and re.fullmatch(r"[0-9a-f]{40}", RELEASE["commit"])
-    assert RELEASE["version"] == package.__version__
-    assert f'version = "{RELEASE["version"]}"' in (REPO / "pyproject.toml").read_text()
+    assert f'version = "{package.__version__}"' in (REPO / "pyproject.toml").read_text()
+    ours, released = Version(package.__version__), Version(RELEASE["version"])
+    assert ours >= released
     reusable = subprocess.run(
         ["git", "cat-file", "-e", f"{RELEASE['commit']}:.github/workflows/reusable-build.yml"], cwd=REPO, check=False
     )
     if reusable.returncode != 0 and (REPO / ".git" / "shallow").exists():
         pytest.skip("a shallow clone: the pinned commit is not here")
     assert reusable.returncode == 0, f"{RELEASE['commit']} holds no .github/workflows/reusable-build.yml"
+    pinned = subprocess.run(
+        ["git", "show", f"{RELEASE['commit']}:pyproject.toml"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert f'version = "{RELEASE["version"]}"' in pinned.stdout, "the pinned commit is not that version's"
+    if ours == released:  # the release itself: what the pin runs is this code
+        changed = subprocess.run(
+            ["git", "diff", "--name-only", RELEASE["commit"], "--", "kernel_matrix", ".github", "pyproject.toml"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert changed in ([], ["kernel_matrix/data/release.yaml"]), changed
+    else:
+        assert ours.is_devrelease, f"{ours}: a version after release {released} that is not one is a dev version"
 
 
 # --- the default matrix ---------------------------------------------------------------------------------------------
@@ -109,7 +130,17 @@ def test_build_test_check_abi_and_clean_from_a_kernels_folder(relu, object_cache
 
 
 def init(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return kernel_matrix("init", *args, cwd=cwd)
+    result = kernel_matrix("init", *args, cwd=cwd)
+    result.stderr = without_release_note(result.stderr)
+    return result
+
+
+# What init says when kernel-matrix is a development version (checked on its own below).
+RELEASE_NOTE = f"note: kernel-matrix {package.__version__} is not a release: the workflow runs release "
+
+
+def without_release_note(stderr: str) -> str:
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith(RELEASE_NOTE))
 
 
 @needs_corpus
@@ -313,6 +344,28 @@ def test_init_takes_another_repository_and_ref(relu):
     assert init("--repository", "me/fork", "--ref", "v0.2.0", cwd=relu).returncode == 0
     text = (relu / WORKFLOW).read_text()
     assert "uses: me/fork/.github/workflows/reusable-build.yml@v0.2.0\n" in text  # no version comment: not ours
+    # That ref's workflow would install kernel-matrix of its version from PyPI, which a commit between
+    # releases is not: the caller installs kernel-matrix from the same repository and ref.
+    job = yaml.safe_load(text)["jobs"]["kernel-matrix"]
+    assert job["with"]["kernel-matrix"] == "git+https://github.com/me/fork@v0.2.0"
+
+
+@needs_corpus
+def test_init_builds_pushes_to_the_branch_checked_out_and_says_when_it_is_not_a_release(relu):
+    subprocess.run(["git", "init", "-q", "-b", "master", str(relu)], check=True)
+    result = init(cwd=relu)
+    assert result.returncode == 0, result.stderr
+    workflow = yaml.safe_load((relu / WORKFLOW).read_text())
+    assert workflow[True]["push"]["branches"] == ["master"]
+    assert "kernel-matrix" not in workflow["jobs"]["kernel-matrix"]["with"]  # the release's own install
+    assert "deployment branches and tags master and v*" in result.stdout
+    assert f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}" in result.stdout
+    # The note itself (init() strips it): from a development version, which release the workflow runs.
+    (relu / WORKFLOW).unlink()
+    (relu / "build_matrix.yaml").unlink()
+    again = kernel_matrix("init", cwd=relu)
+    note = f"{RELEASE_NOTE}{RELEASE['version']} (commit {RELEASE['commit'][:12]})"
+    assert (note in again.stderr) == (package.__version__ != RELEASE["version"]), again.stderr
 
 
 def tool(name: str) -> str:
@@ -411,6 +464,6 @@ def test_init_finishes_when_its_reader_stops_reading(tmp_path):
         )
     finally:
         os.close(write)
-    assert result.returncode == 0 and result.stderr == ""
+    assert result.returncode == 0 and without_release_note(result.stderr) == ""
     assert (kernel / "build_matrix.yaml").is_file()
     assert (kernel / ".github" / "workflows" / "kernel-matrix.yml").is_file()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,7 @@ import typer
 import yaml
 from packaging.version import Version
 
+from kernel_matrix import __version__
 from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
 from kernel_matrix.config.flake import TORCH_VERSIONS, flake_line
@@ -93,10 +95,18 @@ def init(
     for folder, _ in kernels:
         if note := flake_note(directory / folder):
             console.print(note, soft_wrap=True)
+    branch = current_branch(directory)
     texts = {
         targets[0]: matrix_text(kernels),
-        targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None),
+        targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None, branch),
     }
+    if ref == release.commit and Version(__version__) != Version(release.version):  # a build between releases
+        console.print(
+            f"note: kernel-matrix {__version__} is not a release: the workflow runs release {release.version} "
+            f"(commit {release.commit[:12]}), whose commands may differ from this one's; --ref COMMIT pins "
+            "another commit (and installs kernel-matrix from it)",
+            soft_wrap=True,
+        )
     for target, text in texts.items():
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -116,7 +126,7 @@ def init(
     else:
         if note := batching(len(resolved.cells), jobs):
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
-    _next_steps(directory, repository, ref, [name for name, _ in kernels])
+    _next_steps(directory, repository, ref, [name for name, _ in kernels], branch)
 
 
 def flake_note(kernel_dir: Path) -> str | None:
@@ -268,12 +278,13 @@ def _scalar(value: str) -> str:
 
 
 def _fill(name: str, values: dict[str, str]) -> str:
-    """templates/<name> with each $key replaced once; a template always has every key."""
+    """templates/<name> with each $key replaced once (an empty value removes its line); a
+    template always has every key."""
     text = resources.files("kernel_matrix").joinpath(f"templates/{name}").read_text(encoding="utf-8")
     for key, value in values.items():
         if text.count(f"${key}\n") != 1:  # a placeholder is a line's end
             raise AssertionError(f"{name}: ${key} is not in the template once")
-        text = text.replace(f"${key}\n", value + "\n")
+        text = text.replace(f"${key}\n", value + "\n" if value else "")  # an empty value: no line
     return text
 
 
@@ -295,31 +306,62 @@ def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
     return text
 
 
-def workflow_text(repository: str, ref: str, version: str | None) -> str:
+def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main") -> str:
+    """The caller workflow: pushes to `branch` and v* tags, pull requests, manual runs.
+    version: the release `ref` is the commit of (None: another ref, whose reusable
+    workflow would install a kernel-matrix of its version from PyPI, which a commit
+    between releases is not: the caller then installs kernel-matrix from that ref)."""
     uses = f"{repository}/{REUSABLE}@{ref}"
     # The release beside its commit, as every pin in kernel-matrix's own workflows.
     comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
-    text = _fill("caller-workflow.yml.in", {"uses": _scalar(uses) + comment})
+    install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
+    text = _fill(
+        "caller-workflow.yml.in",
+        {
+            "uses": _scalar(uses) + comment,
+            "branch": _scalar(branch),
+            "install": "" if install is None else f"      kernel-matrix: {_scalar(install)}",
+        },
+    )
     written = yaml.safe_load(text)
-    assert written["jobs"]["kernel-matrix"]["uses"] == uses, "the workflow does not read back as written"
+    job = written["jobs"]["kernel-matrix"]
+    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    assert written[True]["push"]["branches"] == [branch], "the workflow reads back otherwise"  # YAML 1.1: on is true
     return text
 
 
-def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str]) -> None:
+def current_branch(directory: Path) -> str:
+    """The branch checked out in the kernel's repository (where pushes build), else main."""
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(directory), "symbolic-ref", "--quiet", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "main"
+    branch = found.stdout.strip()
+    return branch if found.returncode == 0 and REF.match(branch) and "*" not in branch else "main"
+
+
+def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], branch: str) -> None:
     docs = f"https://github.com/{repository}/blob/{ref}/docs"
     where = "" if directory == Path(".") else f" (in {directory})"
     steps = [
         f"Edit the runner labels in {directory / MATRIX} (archs: build-runner, gpu-test-runner) to this "
         "repository's runners; `kernel-matrix matrix` prints the cells.",
         "Create the environment `hub` (Settings > Environments): required reviewers, deployment branches and "
-        "tags main and v*, and the environment secret HF_TOKEN, a Hub token that may write to "
+        f"tags {branch} and v*, and the environment secret HF_TOKEN, a Hub token that may write to "
         + ("each kernel's" if len(kernels) > 1 else "the kernel's")
         + " [general.hub] repo-id (not a repository secret: only the publish job reads it).",
         f"GPU test runners: self-hosted, labelled as gpu-test-runner says, never with a GitHub-hosted label "
         f"({docs}/runner-host.md).",
         "Outside contributors: Settings > Actions > General > require approval for all external contributors; "
-        "in an organization, a runner group for this repository whose workflow access is "
-        f"{WORKFLOW.as_posix()} on main and v* tags only ({docs}/workflows.md).",
+        "in an organization, a runner group for the GPU runners, for this repository only, whose workflow "
+        f"access is {repository}/{REUSABLE}@{ref} (the GPU test job is defined there, and GitHub gives a "
+        f"group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
         f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
         "kernel-matrix' && git push",
     ]
