@@ -348,3 +348,20 @@ def test_an_installed_wheel_is_skipped_where_its_archs_do_not_run(tmp_path, arch
     else:  # the suite ran (and failed: the interpreter only answers the probes)
         assert result.returncode == 6 and "failed (pytest exit 3)" in result.stderr, result.stderr
         assert ("no GPU that this torch can use" in result.stderr) == (capability is None)
+
+
+def test_an_arch_without_gpu_runners_releases_its_cuda_cells_tested_on_cpus(tmp_path):
+    """gpu-test-runner: [] (no GPU runner): no GPU job for that arch's CUDA cells, which the build and
+    CPU test jobs still take (publish then does not wait for GPU tests), and `matrix` warns at the key."""
+    matrix = matrix_for(tmp_path, KERNEL_DIR, None)
+    text = matrix.read_text().replace("gpu-test-runner: [self-hosted, linux, x64, gpu]", "gpu-test-runner: []", 1)
+    matrix.write_text(text)
+    cells, gpu = plan(matrix, tmp_path)
+    cuda = [c["variant"] for c in cells if c["backend"] == "cuda"]
+    assert {v for v in cuda if "x86_64" in v} and not [v for v in gpu if "x86_64" in v]
+    assert [v for v in gpu if "aarch64" in v] == [v for v in cuda if "aarch64" in v]  # the other arch keeps its
+    result = kernel_matrix("matrix", "--file", str(matrix))
+    assert result.returncode == 0, result.stderr
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "gpu-test-runner: []" in row)
+    count = len([v for v in cuda if "x86_64" in v])
+    assert f"{matrix}:{line}:5: warning: archs.x86_64.gpu-test-runner is []: its {count} CUDA cells" in result.stderr

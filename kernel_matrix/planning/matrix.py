@@ -77,6 +77,8 @@ class Cell:
         (kernels' check_arch)."""
         if self.variant.backend != "cuda" or self.refusal:  # no variant to test: its build fails
             return False
+        if not self.test_runner:  # the arch has no GPU runner (gpu-test-runner: [])
+            return False
         if self.gpu_test_capability is None or not self.archs:
             return True
         major, minor = self.gpu_test_capability.split(".")
@@ -122,7 +124,21 @@ class Matrix:
         when read (only `kernel-matrix matrix` shows them): it imports `kernels`, whose
         package imports huggingface_hub's client, most of a matrix-reading command's
         start-up time."""
-        return _loader_warnings(self.path, self.located, self.cells)
+        return [*_loader_warnings(self.path, self.located, self.cells), *self._untested_on_gpus()]
+
+    def _untested_on_gpus(self) -> list[str]:
+        """A line per arch whose gpu-test-runner is [] and that has CUDA cells: they are
+        released without a GPU test, which must not go unnoticed."""
+        lines = []
+        for arch, runners in self.spec.archs.items():
+            cuda = [c for c in self.cells if c.variant.arch == arch and c.variant.backend == "cuda"]
+            if not runners.gpu_test_runner and cuda:
+                line, col = self.located.position(("archs", arch, "gpu-test-runner"))
+                lines.append(
+                    f"{self.path}:{line}:{col}: warning: archs.{arch}.gpu-test-runner is []: its {len(cuda)} CUDA "
+                    "cells are built and CPU-tested, and released without a GPU test"
+                )
+        return lines
 
 
 class _Problems:
