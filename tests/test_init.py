@@ -193,8 +193,8 @@ def test_init_names_a_flakes_torch_versions_limit_which_it_does_not_read(tmp_pat
     notes = [line for line in result.stderr.splitlines() if "torchVersions" in line]
     assert notes == [
         f"note: {Path('.') / 'flake.nix'}:4: torchVersions may narrow kernel-builder's builds of this kernel; "
-        "kernel-matrix reads build.toml only: say the same in build_matrix.yaml's `exclude` (e.g. `- {arch: "
-        "aarch64, cuda: cpu}`; it drops those cells for every kernel of the matrix)"
+        "kernel-matrix reads build.toml only: say the same in build_matrix.yaml's `exclude` (e.g. `- {kernel: "
+        "gptq-like, arch: aarch64, cuda: cpu}`: those cells of gptq-like only)"
     ]
     (kernel / "build_matrix.yaml").unlink()
     shutil.rmtree(kernel / ".github")

@@ -91,6 +91,27 @@ def test_each_kernel_gets_the_cells_its_build_toml_allows(project):
     assert len({job.name for job in jobs}) == len(jobs) == len(json_cells)
 
 
+def test_an_exclude_can_name_one_kernel(project):
+    """`exclude: [{kernel: gray-cpu, arch: aarch64}]` drops those cells of gray-cpu only (a kernel
+    whose flake builds x86_64 only); a name that is no kernel of the matrix is refused at its line."""
+    path = project / "build_matrix.yaml"
+    before = Selection(path).resolve().cells
+    text = path.read_text()
+    assert "\nexclude: []\n" in text
+    path.write_text(text.replace("\nexclude: []\n", "\nexclude:\n  - {kernel: gray-cpu, arch: aarch64}\n"))
+    after = Selection(path).resolve().cells
+    dropped = {(c.kernel, c.name) for c in before} - {(c.kernel, c.name) for c in after}
+    assert dropped and all(k == "gray-cpu" and "aarch64" in name for k, name in dropped)
+    assert not [c for c in after if c.kernel == "gray-cpu" and c.variant.arch == "aarch64"]
+    assert [c for c in after if c.kernel == "img2gray" and c.variant.arch == "aarch64"]
+    path.write_text(text.replace("\nexclude: []\n", "\nexclude:\n  - {kernel: gray-cpy, arch: aarch64}\n"))
+    result = kernel_matrix("matrix", "-f", str(path))
+    assert result.returncode == ExitCode.CONFIG and result.stderr.count("\n") == 1, result.stderr
+    line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if "gray-cpy" in row)
+    assert result.stderr.startswith(f"error: {path}:{line}:") and "exclude.0.kernel = 'gray-cpy'" in result.stderr
+    assert "did you mean gray-cpu?" in result.stderr
+
+
 def test_kernel_picks_kernels_and_names_the_choices(project):
     file = str(project / "build_matrix.yaml")
     result = kernel_matrix("matrix", "--json", "-f", file, "--kernel", "pure", "--kernel", "gray-cpu")

@@ -92,8 +92,8 @@ def init(
     kernels, left_out = find_kernels(directory)
     for folder, reason in left_out:  # a repository's other kernels still get their CI
         console.print(f"note: {folder}: left out of {MATRIX}: {reason}", soft_wrap=True)
-    for folder, _ in kernels:
-        if note := flake_note(directory / folder):
+    for folder, config in kernels:
+        if note := flake_note(directory / folder, config.general.name):
             console.print(note, soft_wrap=True)
     branch = current_branch(directory)
     texts = {
@@ -129,19 +129,22 @@ def init(
     _next_steps(directory, repository, ref, [name for name, _ in kernels], branch)
 
 
-def flake_note(kernel_dir: Path) -> str | None:
+def flake_note(kernel_dir: Path, name: str) -> str | None:
     """A line where the kernel's flake.nix passes torchVersions, which may narrow its builds
     (fewer torch versions, systems or CUDA versions than build.toml allows, e.g. x86_64 only
     for a kernel built with -mavx512f). kernel-matrix reads build.toml, not Nix: the
-    matrix's `exclude` says the same."""
+    matrix's `exclude`, narrowed to the kernel, says the same."""
     found = flake_line(kernel_dir, TORCH_VERSIONS)
     if found is None:
         return None
     flake, line = found
+    example = yaml.safe_dump(
+        [{"kernel": name, "arch": "aarch64", "cuda": "cpu"}], default_flow_style=True, sort_keys=False
+    ).strip()
     return (
         f"note: {flake}:{line}: torchVersions may narrow kernel-builder's builds of this kernel; kernel-matrix "
-        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- {{arch: aarch64, cuda: cpu}}`; "
-        "it drops those cells for every kernel of the matrix)"
+        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- {example[1:-1]}`: "
+        f"those cells of {name} only)"
     )
 
 

@@ -66,11 +66,13 @@ class CapabilityRow(Section):
 
 
 class CellSelector(Section):
-    """A partial cell description: each given field must match."""
+    """A partial cell description: each given field must match. `kernel` (a build.toml
+    name of the matrix's kernels) narrows an exclude to that kernel's cells."""
 
     torch: MinorVersion | None = None
     cuda: MinorVersion | Literal["cpu"] | None = None
     arch: Arch | None = None
+    kernel: Annotated[str, Field(min_length=1)] | None = None
 
 
 class CellSpec(Section):

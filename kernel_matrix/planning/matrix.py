@@ -118,6 +118,11 @@ class Matrix:
     cells: list[Cell]
     located: Located
 
+    def excluded_for(self, kernel: str) -> set[str]:
+        """The grid's cells that an exclude with `kernel: <kernel>` leaves out of that kernel's."""
+        selectors = [selector for selector in self.spec.exclude if selector.kernel == kernel]
+        return {cell.name for cell in self.cells if any(_matches(cell, s) for s in selectors)}
+
     @cached_property
     def warnings(self) -> list[str]:
         """Cells whose names the installed `kernels` loader would not accept. Computed
@@ -296,6 +301,8 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
         matched = [name for name, cell in cells.items() if _matches(cell, selector)]
         if not matched:
             problems.add(("exclude", index), "this exclude matches no cell")
+        if selector.kernel is not None:
+            continue  # one kernel's: the selection leaves them out of its cells (Matrix.excluded_for)
         for name in matched:
             del cells[name]
 

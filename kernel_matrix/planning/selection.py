@@ -90,7 +90,21 @@ def matrix_kernels(matrix: Matrix) -> list[Kernel]:
             line, col = matrix.located.position(where)
             raise ConfigError(f"{matrix.path}:{line}:{col}: a second kernel named {kernel.name!r} ({folder})")
         kernels.append(kernel)
+    names = [k.name for k in kernels]
+    for index, selector in enumerate(matrix.spec.exclude):  # an exclude of one kernel names one of these
+        if selector.kernel is not None and selector.kernel not in names:
+            line, col = matrix.located.position(("exclude", index, "kernel"))
+            raise ConfigError(
+                f"{matrix.path}:{line}:{col}: exclude.{index}.kernel = {selector.kernel!r}: not a kernel of this "
+                f"matrix (its build.toml names: {', '.join(names)})" + did_you_mean(selector.kernel, names)
+            )
     return kernels
+
+
+def cells_of_kernel(matrix: Matrix, kernel: Kernel, grid: list[Cell]) -> list[Cell]:
+    """The cells of grid this kernel builds, less the matrix's excludes of that kernel."""
+    excluded = matrix.excluded_for(kernel.name)
+    return kernel_cells(kernel, [cell for cell in grid if cell.name not in excluded])
 
 
 def kernel_cells(kernel: Kernel, grid: list[Cell]) -> list[Cell]:
@@ -201,9 +215,9 @@ class Selection:
         named = matrix_kernels(matrix) if self.kernel_dir is None else [Kernel.load(self.kernel_dir)]
         kernels = _pick(named, self.kernels, matrix.path)
         grid = select(matrix, profile=self.profile, only=self.only, machine=machine)
-        cells = [cell for kernel in kernels for cell in kernel_cells(kernel, grid)]
+        cells = [cell for kernel in kernels for cell in cells_of_kernel(matrix, kernel, grid)]
         if self.variants:
-            known = {cell.name for kernel in kernels for cell in kernel_cells(kernel, matrix.cells)}
+            known = {cell.name for kernel in kernels for cell in cells_of_kernel(matrix, kernel, matrix.cells)}
             for name in self.variants:
                 if name not in known:
                     raise ConfigError(
@@ -313,7 +327,7 @@ class Resolved:
     def matrix_cells(self) -> dict[str, list[Cell]]:
         """Each selected kernel's cells in the whole matrix, not only the selection, planned
         once: what `idle` and `refusals` hold the selection against."""
-        return {kernel.name: kernel_cells(kernel, self.matrix.cells) for kernel in self.kernels}
+        return {kernel.name: cells_of_kernel(self.matrix, kernel, self.matrix.cells) for kernel in self.kernels}
 
     @property
     def idle(self) -> list[str]:
