@@ -359,6 +359,11 @@ def test_init_builds_pushes_to_the_branch_checked_out_and_says_when_it_is_not_a_
     assert workflow[True]["push"]["branches"] == ["master"]
     assert "kernel-matrix" not in workflow["jobs"]["kernel-matrix"]["with"]  # the release's own install
     assert "deployment branches and tags master and v*" in result.stdout
+    assert "Add build/ to .gitignore" in result.stdout  # a repository that does not ignore it yet
+    (relu / ".gitignore").write_text("build/\n")
+    (relu / WORKFLOW).unlink()
+    (relu / "build_matrix.yaml").unlink()
+    assert "Add build/ to .gitignore" not in init(cwd=relu).stdout
     assert f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}" in result.stdout
     # The note itself (init() strips it): from a development version, which release the workflow runs.
     (relu / WORKFLOW).unlink()

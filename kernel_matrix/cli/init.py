@@ -333,6 +333,20 @@ def workflow_text(repository: str, ref: str, version: str | None, branch: str = 
     return text
 
 
+def _ignored(directory: Path, path: str) -> bool:
+    """Whether git ignores path in directory's repository (True outside one: nothing to say)."""
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(directory), "check-ignore", "--quiet", "--no-index", path],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return found.returncode != 1  # 0: ignored; 128: not a repository (or no git)
+
+
 def current_branch(directory: Path) -> str:
     """The branch checked out in the kernel's repository (where pushes build), else main."""
     try:
@@ -368,6 +382,8 @@ def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], 
         f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
         "kernel-matrix' && git push",
     ]
+    if not _ignored(directory, "build/"):  # where variants, logs and caches (gigabytes) go
+        steps.insert(-1, "Add build/ to .gitignore: kernel-matrix writes variants, logs and caches there.")
     stdout.print(styled(("Next steps:", "bold")))
     for number, step in enumerate(steps, 1):
         stdout.print(f"  {number}. {step}", soft_wrap=True)
