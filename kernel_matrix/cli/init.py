@@ -333,34 +333,27 @@ def workflow_text(repository: str, ref: str, version: str | None, branch: str = 
     return text
 
 
-def _ignored(directory: Path, path: str) -> bool:
-    """Whether git ignores path in directory's repository (True outside one: nothing to say)."""
+def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """git in the kernel's repository; None where git cannot be run."""
     try:
-        found = subprocess.run(
-            ["git", "-C", str(directory), "check-ignore", "--quiet", "--no-index", path],
-            capture_output=True,
-            timeout=30,
-            check=False,
+        return subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
-        return True
-    return found.returncode != 1  # 0: ignored; 128: not a repository (or no git)
+        return None
+
+
+def _ignored(directory: Path, path: str) -> bool:
+    """Whether git ignores path in directory's repository (True outside one: nothing to say)."""
+    found = _git(directory, "check-ignore", "--quiet", "--no-index", path)
+    return found is None or found.returncode != 1  # 0: ignored; 128: not a repository
 
 
 def current_branch(directory: Path) -> str:
     """The branch checked out in the kernel's repository (where pushes build), else main."""
-    try:
-        found = subprocess.run(
-            ["git", "-C", str(directory), "symbolic-ref", "--quiet", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "main"
-    branch = found.stdout.strip()
-    return branch if found.returncode == 0 and REF.match(branch) and "*" not in branch else "main"
+    found = _git(directory, "symbolic-ref", "--quiet", "--short", "HEAD")
+    branch = found.stdout.strip() if found is not None and found.returncode == 0 else ""
+    return branch if REF.match(branch) and "*" not in branch else "main"
 
 
 def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], branch: str) -> None:
