@@ -227,6 +227,48 @@ def test_the_compat_header_keeps_thread_calls_at_glibc_2_28(tmp_path):
             assert re.search(rf"\(GLIBC_{re.escape(version)}\)\s+{name}$", symbols, flags=re.M), name
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+@pytest.mark.parametrize(
+    ("minor", "bound"),
+    [
+        (28, set()),
+        (29, {"exp", "exp2", "log", "log2", "pow"}),
+        (
+            33,
+            {"exp", "exp2", "log", "log2", "pow"}
+            | {f"pthread_{f}" for f in ("attr_setaffinity_np", "getaffinity_np")}
+            | {"pthread_getattr_np", "pthread_sigmask"},
+        ),
+        (38, None),
+    ],
+)
+def test_the_compat_header_binds_only_what_the_building_glibc_moved(tmp_path, minor, bound):
+    """On glibc 2.28 (the official images) the moved functions are not in libc yet, and ld refuses
+    a versioned reference no library on its command line defines: each block applies from the glibc
+    release that moved its functions (a features.h of that glibc, in front of the real one)."""
+    from kernel_matrix.building.native_build import COMPAT_SYMBOLS
+
+    fake = tmp_path / "include"
+    fake.mkdir()
+    (fake / "features.h").write_text(
+        f"#define __GLIBC__ 2\n#define __GLIBC_MINOR__ {minor}\n"
+        "#define __GLIBC_PREREQ(maj, min) ((__GLIBC__ << 16) + __GLIBC_MINOR__ >= ((maj) << 16) + (min))\n"
+    )
+    (tmp_path / "empty.c").write_text("")
+    out = subprocess.run(
+        ["gcc", "-E", "-P", "-I", str(fake), "-include", str(COMPAT_SYMBOLS), str(tmp_path / "empty.c")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    symvers = set(re.findall(r'\.symver " "(\w+)"|\.symver (\w+),', out))
+    names = {a or b for a, b in symvers}
+    if bound is None:  # 2.34 and later: everything, pthread_once included
+        assert {"pow", "pthread_sigmask", "pthread_once", "dlsym"} <= names
+    else:
+        assert names == bound, names
+
+
 @pytest.mark.skipif(os.uname().machine != "x86_64" or shutil.which("objdump") is None, reason="x86_64, objdump")
 @pytest.mark.skipif(not _glibc_at_least((2, 34)), reason="the table is read against a libc of 2.34 or later")
 def test_the_compat_headers_table_is_this_libcs_glibc_2_28_versions():

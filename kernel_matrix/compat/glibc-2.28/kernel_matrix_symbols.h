@@ -38,7 +38,12 @@
 #undef __GLIBC_USE_C23_STRTOL
 #define __GLIBC_USE_C23_STRTOL 0
 #endif
-#if defined(__linux__) && !defined(__CUDA_ARCH__)
+/* Each binding only where this glibc exports the new version beside the old one: an
+ * older glibc's default is the old version already, and in glibc 2.28 the moved
+ * functions are not in libc yet, where ld refuses a versioned reference that no
+ * library on its command line defines ("no symbol version section"). */
+#if defined(__linux__) && !defined(__CUDA_ARCH__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 29)
 #if defined(__x86_64__)
 __asm__(".symver exp,exp@GLIBC_2.2.5");
 __asm__(".symver exp2,exp2@GLIBC_2.2.5");
@@ -52,6 +57,7 @@ __asm__(".symver log,log@GLIBC_2.17");
 __asm__(".symver log2,log2@GLIBC_2.17");
 __asm__(".symver pow,pow@GLIBC_2.17");
 #endif
+#endif
 #if defined(__x86_64__)
 #define KERNEL_MATRIX_GLIBC_2_28(name, x86_64, aarch64) __asm__(".symver " #name "," #name "@GLIBC_" x86_64);
 #elif defined(__aarch64__)
@@ -60,6 +66,13 @@ __asm__(".symver pow,pow@GLIBC_2.17");
 #define KERNEL_MATRIX_GLIBC_2_28(name, x86_64, aarch64)
 #endif
 /* function, its version on x86_64, on aarch64 */
+#if __GLIBC_PREREQ(2, 32) /* moved into libc in glibc 2.32 */
+KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setaffinity_np, "2.3.4", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(pthread_getaffinity_np, "2.3.4", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(pthread_getattr_np, "2.2.5", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(pthread_sigmask, "2.2.5", "2.17")
+#endif
+#if __GLIBC_PREREQ(2, 34) /* moved into libc in glibc 2.34 */
 KERNEL_MATRIX_GLIBC_2_28(__mq_open_2, "2.7", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(__pthread_cleanup_routine, "2.3.3", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(__pthread_key_create, "2.2.5", "2.17")
@@ -141,7 +154,6 @@ KERNEL_MATRIX_GLIBC_2_28(pthread_attr_getguardsize, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_getstack, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_getstackaddr, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_getstacksize, "2.2.5", "2.17")
-KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setaffinity_np, "2.3.4", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setguardsize, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setstack, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setstackaddr, "2.2.5", "2.17")
@@ -160,9 +172,7 @@ KERNEL_MATRIX_GLIBC_2_28(pthread_condattr_setclock, "2.3.3", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_condattr_setpshared, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_create, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_detach, "2.2.5", "2.17")
-KERNEL_MATRIX_GLIBC_2_28(pthread_getaffinity_np, "2.3.4", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_getattr_default_np, "2.18", "2.18")
-KERNEL_MATRIX_GLIBC_2_28(pthread_getattr_np, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_getconcurrency, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_getcpuclockid, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_getname_np, "2.12", "2.17")
@@ -210,7 +220,6 @@ KERNEL_MATRIX_GLIBC_2_28(pthread_setconcurrency, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_setname_np, "2.12", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_setschedprio, "2.3.4", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_setspecific, "2.2.5", "2.17")
-KERNEL_MATRIX_GLIBC_2_28(pthread_sigmask, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_sigqueue, "2.11", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_spin_destroy, "2.2.5", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_spin_init, "2.2.5", "2.17")
@@ -245,6 +254,7 @@ KERNEL_MATRIX_GLIBC_2_28(tss_create, "2.28", "2.28")
 KERNEL_MATRIX_GLIBC_2_28(tss_delete, "2.28", "2.28")
 KERNEL_MATRIX_GLIBC_2_28(tss_get, "2.28", "2.28")
 KERNEL_MATRIX_GLIBC_2_28(tss_set, "2.28", "2.28")
+#endif
 #undef KERNEL_MATRIX_GLIBC_2_28
 #endif
 #endif
