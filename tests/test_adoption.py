@@ -181,7 +181,7 @@ class Runner:
         called = {name: spec.get("default") for name, spec in self.workflow["on"]["workflow_call"]["inputs"].items()}
         called |= {name: render(value, caller_context) for name, value in self.job.get("with", {}).items()}
         secrets = {name: render(value, caller_context) for name, value in self.job.get("secrets", {}).items()}
-        self.context = {"github": github, "inputs": called, "secrets": secrets, "status": "success"}
+        self.context = {"github": github, "inputs": called, "secrets": secrets, "status": "success", "results": {}}
         self.context["env"] = {name: render(value, self.context) for name, value in self.workflow["env"].items()}
         self.artifacts: dict[str, dict[str, bytes]] = {}
         self.ran: list[str] = []
@@ -276,7 +276,9 @@ class Runner:
         for job in jobs:
             if runs(self.jobs["test-cpu"], self.context | {"matrix": job}):
                 self.run_job("test-cpu", job)
-        # test-gpu: no GPU here (its condition and runner are tested in test_workflows.py).
+        # test-gpu: no GPU here (its condition and runner are tested in test_workflows.py): skipped where
+        # the plan has no GPU job, else taken as passed.
+        self.context["results"] = {"test-gpu": "success" if plan["gpu_jobs"] else "skipped"}
         self.run_job("summary")
         assert runs(self.jobs["publish"], self.context)
         self.run_job("publish")

@@ -9,6 +9,7 @@ cells whose build will fail.
 import itertools
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -220,6 +221,35 @@ def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, ca
         assert "pytest exit 3" in result.stderr
     note = f"note {variant.name}: no GPU that this torch can use: the suite's CUDA cases will skip or fail here"
     assert (note in result.stderr) == (capability is None)
+
+
+def test_a_cuda_only_kernel_that_cannot_be_loaded_without_a_gpu_fails_rather_than_passes(tmp_path):
+    """No GPU and no cpu backend: the variant is loaded instead of its suite run. Where nothing could
+    be loaded (a CPU build of torch here) that is a failure, not a pass; a kernel whose kernel-depends
+    come from the Hub (which the load cannot reach) is skipped, saying so."""
+    kernel = tmp_path / "kernel"
+    shutil.copytree(KERNEL_DIR, kernel, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    toml = kernel / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda"]', 'backends = ["cuda"]', 1))
+    variant = a_cuda_variant(tmp_path, ["9.0"])
+    python = tmp_path / "cpu-torch-python"  # answers the GPU probe: none; the load: a CPU torch
+    python.write_text(
+        "#!/bin/sh\n"
+        "[ $# -eq 6 ] && printf 'skip: torch 2.14.1 here loads cpu kernels only' > \"$6\" && exit 0\n"
+        '[ "$1" = -c ] && echo null && exit 0\nexit 3\n'
+    )
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel), "--python", str(python))
+    assert result.returncode == 6, result.stderr
+    assert result.stderr.strip().endswith(
+        f"{variant.name}: cannot be loaded here: torch 2.14.1 here loads cpu kernels only"
+    ), result.stderr
+    metadata = json.loads((variant / "metadata.json").read_text())
+    metadata["kernel-depends"] = [{"repo-id": "kernels-community/other", "version": 1}]
+    (variant / "metadata.json").write_text(json.dumps(metadata))
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel), "--python", str(python))
+    assert result.returncode == 0, result.stderr
+    assert "not loaded (its kernel-depends come from the Hub" in result.stderr and "suite not run" in result.stderr
 
 
 def test_no_note_where_the_gpus_are_hidden_on_purpose(tmp_path):

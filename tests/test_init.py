@@ -357,13 +357,22 @@ def test_init_builds_pushes_to_the_branch_checked_out_and_says_when_it_is_not_a_
     assert result.returncode == 0, result.stderr
     workflow = yaml.safe_load((relu / WORKFLOW).read_text())
     assert workflow[True]["push"]["branches"] == ["master"]
+    assert "Pushes to master (the branch checked out) and v* tags build" in result.stdout
     assert "kernel-matrix" not in workflow["jobs"]["kernel-matrix"]["with"]  # the release's own install
     assert "deployment branches and tags master and v*" in result.stdout
     assert "Add build/ to .gitignore" in result.stdout  # a repository that does not ignore it yet
     (relu / ".gitignore").write_text("build/\n")
     (relu / WORKFLOW).unlink()
     (relu / "build_matrix.yaml").unlink()
-    assert "Add build/ to .gitignore" not in init(cwd=relu).stdout
+    # A clone: origin's default branch, not the feature branch init runs on.
+    subprocess.run(["git", "-C", str(relu), "checkout", "-q", "-b", "add-kernel-matrix"], check=True)
+    subprocess.run(
+        ["git", "-C", str(relu), "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/trunk"], check=True
+    )
+    cloned = init(cwd=relu)
+    assert "Add build/ to .gitignore" not in cloned.stdout
+    assert yaml.safe_load((relu / WORKFLOW).read_text())[True]["push"]["branches"] == ["trunk"]
+    assert "Pushes to trunk (origin's default branch)" in cloned.stdout
     assert f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}" in result.stdout
     # The note itself (init() strips it): from a development version, which release the workflow runs.
     (relu / WORKFLOW).unlink()

@@ -110,6 +110,10 @@ def test_an_exclude_can_name_one_kernel(project):
     line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if "gray-cpy" in row)
     assert result.stderr.startswith(f"error: {path}:{line}:") and "exclude.0.kernel = 'gray-cpy'" in result.stderr
     assert "did you mean gray-cpu?" in result.stderr
+    # One that matches grid cells, but none of that kernel's (gray-cpu has no CUDA cell): refused, not ignored.
+    path.write_text(text.replace("\nexclude: []\n", '\nexclude:\n  - {kernel: gray-cpu, cuda: "13.0"}\n'))
+    result = kernel_matrix("matrix", "-f", str(path))
+    assert result.returncode == ExitCode.CONFIG and "exclude.0 matches no cell of gray-cpu" in result.stderr
 
 
 def test_kernel_picks_kernels_and_names_the_choices(project):

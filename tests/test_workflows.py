@@ -243,14 +243,16 @@ def runs(job: dict, context: dict) -> bool:
     failure() where one failed, cancelled() where the run was cancelled. A step sees its job's status."""
     status = context["status"]
     if "needs" in job:
-        needs = [job["needs"]] if isinstance(job["needs"], str) else job["needs"]
-        results = {name: context["results"].get(name, "success") for name in needs}
+        needs = _needs(job)
+        # The status functions read every job upstream, not only the needs (actions/runner#2205):
+        # a skipped test-gpu skips what follows publish too, unless a condition says otherwise.
+        upstream = {name: context["results"].get(name, "success") for name in _upstream(needs)}
         if status != "cancelled":
-            if "failure" in results.values():
+            if "failure" in upstream.values():
                 status = "failure"
-            elif any(result != "success" for result in results.values()):
+            elif any(result != "success" for result in upstream.values()):
                 status = "skipped"
-        seen = {name: {**context["needs"].get(name, {}), "result": results[name]} for name in needs}
+        seen = {name: {**context["needs"].get(name, {}), "result": upstream[name]} for name in needs}
         context = context | {"needs": seen, "status": status}
     condition = job.get("if")
     if condition is None:
@@ -259,6 +261,23 @@ def runs(job: dict, context: dict) -> bool:
     if not any(f in condition for f in Expression.STATUS_FUNCTIONS):
         condition = f"success() && ({condition})"
     return truthy(Expression(condition).evaluate(context))
+
+
+def _needs(job: dict) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def _upstream(needs: list[str]) -> set[str]:
+    """The jobs of the reusable workflow that `needs` name, and theirs, to the first."""
+    found: set[str] = set()
+    needs = list(needs)  # the caller's list stays as it is
+    while needs:
+        name = needs.pop()
+        if name not in found:
+            found.add(name)
+            needs += _needs(JOBS.get(name, {}))
+    return found
 
 
 def run_context(
@@ -1192,6 +1211,11 @@ RELEASE_RUNS = {
     "tag": (run_context("push", ref="refs/tags/v1.2.0"), True),
     "tag, the publish failed": (run_context("push", ref="refs/tags/v1.2.0", results={"publish": "failure"}), False),
     "tag, the publish skipped": (run_context("push", ref="refs/tags/v1.2.0", results={"publish": "skipped"}), False),
+    # A matrix with no GPU job: test-gpu skipped, publish done; the wheels go to the release all the same.
+    "tag, no GPU job": (
+        _no_gpu_jobs(run_context("push", ref="refs/tags/v1.2.0", results={"test-gpu": "skipped"})),
+        True,
+    ),
     "tag, cancelled": (run_context("push", ref="refs/tags/v1.2.0", status="cancelled"), False),
     "push to main": (run_context("push"), False),
     "same-repo-pr": (run_context("same-repo-pr"), False),

@@ -293,6 +293,10 @@ def _load_only(variant_dir: Path, config: BuildConfig, python: str | None) -> Ou
         why = load_check(variant_dir, variant_dir.name, python=python or sys.executable, backend="cuda")
     except BuildError as exc:
         raise TestFailure(str(exc).replace("built, but ", "", 1)) from None
+    if why and not json.loads((variant_dir / METADATA).read_text()).get("kernel-depends"):
+        # Nothing was checked (the interpreter did not start, no kernels or CUDA torch there):
+        # not a pass. Only a kernel whose kernel-depends come from the Hub cannot be loaded here.
+        raise TestFailure(f"{variant_dir.name}: cannot be loaded here: {why}")
     loaded = f"not loaded ({why})" if why else "loaded by kernels.get_local_kernel"
     backends = json.dumps(config.general.backends)
     return Outcome(

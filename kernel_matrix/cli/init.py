@@ -95,7 +95,7 @@ def init(
     for folder, config in kernels:
         if note := flake_note(directory / folder, config.general.name):
             console.print(note, soft_wrap=True)
-    branch = current_branch(directory)
+    branch, why = push_branch(directory)
     texts = {
         targets[0]: matrix_text(kernels),
         targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None, branch),
@@ -126,7 +126,7 @@ def init(
     else:
         if note := batching(len(resolved.cells), jobs):
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
-    _next_steps(directory, repository, ref, [name for name, _ in kernels], branch)
+    _next_steps(directory, repository, ref, [name for name, _ in kernels], branch, why)
 
 
 def flake_note(kernel_dir: Path, name: str) -> str | None:
@@ -349,14 +349,19 @@ def _ignored(directory: Path, path: str) -> bool:
     return found is None or found.returncode != 1  # 0: ignored; 128: not a repository
 
 
-def current_branch(directory: Path) -> str:
-    """The branch checked out in the kernel's repository (where pushes build), else main."""
-    found = _git(directory, "symbolic-ref", "--quiet", "--short", "HEAD")
-    branch = found.stdout.strip() if found is not None and found.returncode == 0 else ""
-    return branch if REF.match(branch) and "*" not in branch else "main"
+def push_branch(directory: Path) -> tuple[str, str]:
+    """The branch whose pushes build, and why that one: origin's default branch, else the
+    branch checked out (a new repository's), else main. Not a feature branch that init
+    happens to run on: after the merge its pushes would build nothing."""
+    for ref, why in (("refs/remotes/origin/HEAD", "origin's default branch"), ("HEAD", "the branch checked out")):
+        found = _git(directory, "symbolic-ref", "--quiet", "--short", ref)
+        branch = found.stdout.strip().removeprefix("origin/") if found is not None and found.returncode == 0 else ""
+        if REF.match(branch) and "*" not in branch:
+            return branch, why
+    return "main", "no git branch found"
 
 
-def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], branch: str) -> None:
+def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], branch: str, why: str) -> None:
     docs = f"https://github.com/{repository}/blob/{ref}/docs"
     where = "" if directory == Path(".") else f" (in {directory})"
     steps = [
@@ -373,7 +378,8 @@ def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], 
         f"access is {repository}/{REUSABLE}@{ref} (the GPU test job is defined there, and GitHub gives a "
         f"group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
         f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
-        "kernel-matrix' && git push",
+        f"kernel-matrix' && git push. Pushes to {branch} ({why}) and v* tags build: another branch goes in "
+        f"the workflow's on.push.branches.",
     ]
     if not _ignored(directory, "build/"):  # where variants, logs and caches (gigabytes) go
         steps.insert(-1, "Add build/ to .gitignore: kernel-matrix writes variants, logs and caches there.")

@@ -121,7 +121,7 @@ class Matrix:
     def excluded_for(self, kernel: str) -> set[str]:
         """The grid's cells that an exclude with `kernel: <kernel>` leaves out of that kernel's."""
         selectors = [selector for selector in self.spec.exclude if selector.kernel == kernel]
-        return {cell.name for cell in self.cells if any(_matches(cell, s) for s in selectors)}
+        return {cell.name for cell in self.cells if any(cell_matches(cell, s) for s in selectors)}
 
     @cached_property
     def warnings(self) -> list[str]:
@@ -141,7 +141,8 @@ class Matrix:
                 line, col = self.located.position(("archs", arch, "gpu-test-runner"))
                 lines.append(
                     f"{self.path}:{line}:{col}: warning: archs.{arch}.gpu-test-runner is []: its {len(cuda)} CUDA "
-                    "cells are built and CPU-tested, and released without a GPU test"
+                    "cells are built and tested on CPUs only (a kernel without cpu in its backends: loaded only), "
+                    "and released without a GPU test"
                 )
         return lines
 
@@ -298,7 +299,7 @@ def _expand(path: Path, spec: MatrixFile, located: Located, problems: _Problems)
             add_cell(torch, cuda, arch, ("torch", torch))
 
     for index, selector in enumerate(spec.exclude):
-        matched = [name for name, cell in cells.items() if _matches(cell, selector)]
+        matched = [name for name, cell in cells.items() if cell_matches(cell, selector)]
         if not matched:
             problems.add(("exclude", index), "this exclude matches no cell")
         if selector.kernel is not None:
@@ -344,7 +345,7 @@ def _cell_order(cell: Cell) -> tuple[Version, bool, Version, str]:
     return (Version(v.torch), v.backend != "cpu", Version(v.cuda or "0"), v.arch)
 
 
-def _matches(cell: Cell, selector: CellSelector) -> bool:
+def cell_matches(cell: Cell, selector: CellSelector) -> bool:
     v = cell.variant
     return (
         (selector.torch is None or selector.torch == v.torch)

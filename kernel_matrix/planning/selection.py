@@ -48,6 +48,7 @@ from kernel_matrix.planning.matrix import (
     Cell,
     Machine,
     Matrix,
+    cell_matches,
     check_sources,
     github_matrix,
     load_matrix,
@@ -90,14 +91,19 @@ def matrix_kernels(matrix: Matrix) -> list[Kernel]:
             line, col = matrix.located.position(where)
             raise ConfigError(f"{matrix.path}:{line}:{col}: a second kernel named {kernel.name!r} ({folder})")
         kernels.append(kernel)
-    names = [k.name for k in kernels]
-    for index, selector in enumerate(matrix.spec.exclude):  # an exclude of one kernel names one of these
-        if selector.kernel is not None and selector.kernel not in names:
-            line, col = matrix.located.position(("exclude", index, "kernel"))
+    by_name = {k.name: k for k in kernels}
+    for index, selector in enumerate(matrix.spec.exclude):  # an exclude of one kernel: one of these, and its cells
+        if selector.kernel is None:
+            continue
+        line, col = matrix.located.position(("exclude", index, "kernel"))
+        excluded = by_name.get(selector.kernel)
+        if excluded is None:
             raise ConfigError(
                 f"{matrix.path}:{line}:{col}: exclude.{index}.kernel = {selector.kernel!r}: not a kernel of this "
-                f"matrix (its build.toml names: {', '.join(names)})" + did_you_mean(selector.kernel, names)
+                f"matrix (its build.toml names: {', '.join(by_name)})" + did_you_mean(selector.kernel, list(by_name))
             )
+        if not any(cell_matches(cell, selector) and kernel_cells(excluded, [cell]) for cell in matrix.cells):
+            raise ConfigError(f"{matrix.path}:{line}:{col}: exclude.{index} matches no cell of {excluded.name}")
     return kernels
 
 
