@@ -653,13 +653,21 @@ def test_the_python_depends_names_are_the_loaders():
             "^[a-z][-a-z0-9]*[a-z0-9]$ ('qwen3_kernels' does not) and general.license is set",
         ),
         ("ok-name", "", "`kernel-builder update-build` migrates it to edition 5 once general.license is set"),
+        (
+            "fused-rms-norm",  # ChipFlow's: a Metal section key no edition has (round 19)
+            'license = "MIT"\n',
+            "`kernel-builder update-build` migrates it to edition 5 once kernel.k.metal-std-version is removed "
+            "(no edition has that key)",
+        ),
     ],
 )
 def test_edition_3_advice_names_what_update_build_refuses_first(tmp_path, name, license, advice):
-    """update-build's edition-3 reader (kernels-data config/v3.rs) refuses a name outside name.rs' pattern and a
-    file without license: the advice names them, not a command that would fail (huggingface examples did)."""
+    """update-build's edition-3 reader (kernels-data config/v3.rs) refuses a name outside name.rs' pattern, a
+    file without license and a [kernel.*] key it does not have: the advice names them, not a command that
+    would fail (huggingface examples did)."""
+    extra = '\n[kernel.k]\nbackend = "metal"\nsrc = []\nmetal-std-version = "3.1"\n' if name == "fused-rms-norm" else ""
     (tmp_path / "build.toml").write_text(
-        f'[general]\nname = "{name}"\n{license}backends = ["cpu"]\n\n[torch]\nsrc = []\n'
+        f'[general]\nname = "{name}"\n{license}backends = ["cpu"]\n\n[torch]\nsrc = []\n{extra}'
     )
     with pytest.raises(ConfigError) as raised:
         load_build_toml(tmp_path)

@@ -55,11 +55,15 @@ def package_files(package_src: Path, kernel_dir: Path, suffixes: frozenset[str])
         dirs[:] = sorted(d for d in dirs if d not in _UNHASHED_DIRS)
         for name in [*dirs, *files]:
             path = Path(directory) / name
-            if path.is_symlink() and (path.is_dir() or not path.resolve().is_relative_to(root)):
+            if path.is_symlink() and path.is_dir():
+                # kernel-builder's noarch setup.py walks the package with rglob, which drops a
+                # linked folder without a word (the import fails later): refused here, saying so.
                 raise ConfigError(
-                    f"{path}: a link {'to a folder' if path.is_dir() else 'out of ' + str(root)}: "
-                    "the package may only hold the kernel's own files"
+                    f"{path}: a link to a folder, which is not followed (kernel-builder's build drops it): "
+                    "copy the folder into the package, or link its files one by one"
                 )
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
+                raise ConfigError(f"{path}: a link out of {root}: the package may only hold the kernel's own files")
         found += [Path(directory) / f for f in files if Path(f).suffix not in _UNHASHED_SUFFIXES]
     # The package folder itself (or torch-ext/) may be a link: every file must resolve inside.
     for path in found:

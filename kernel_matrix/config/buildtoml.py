@@ -527,6 +527,15 @@ _EDITION_3_GENERAL = {
     *("cuda", "hub", "neuron", "python-depends", "xpu"),
 }
 _EDITION_3_TORCH = {"include", "minver", "maxver", "pyext", "src"}
+# Its [kernel.*] keys by backend (v3.rs Kernel): update-build refuses a file with any other.
+_EDITION_3_KERNEL_COMMON = {"backend", "cxx-flags", "depends", "include", "src"}
+_EDITION_3_KERNEL = {
+    "cpu": _EDITION_3_KERNEL_COMMON,
+    "cuda": _EDITION_3_KERNEL_COMMON | {"cuda-capabilities", "cuda-flags", "cuda-minver"},
+    "metal": _EDITION_3_KERNEL_COMMON,
+    "rocm": _EDITION_3_KERNEL_COMMON | {"rocm-archs", "hip-flags"},
+    "xpu": _EDITION_3_KERNEL_COMMON | {"sycl-flags"},
+}
 
 
 def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general: dict[str, Any]) -> bool:
@@ -558,10 +567,19 @@ def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general
     name = general.get("name")
     backends = general.get("backends")
     unknown = [b for b in backends if b not in get_args(Backend)] if isinstance(backends, list) else []
+    kernels = raw.get("kernel")
+    unread = [
+        f"kernel.{section}.{key}"
+        for section, table in (kernels.items() if isinstance(kernels, dict) else [])
+        if isinstance(table, dict)
+        for key in table
+        if key not in _EDITION_3_KERNEL.get(str(table.get("backend")), _EDITION_3_KERNEL_COMMON)
+    ]
     blockers = [
         *([f"general.name matches {_NAME_PATTERN} ({name!r} does not)"] if not _NAME.match(str(name)) else []),
         *(["general.license is set"] if "license" not in general else []),
         *([f"general.backends names only {', '.join(get_args(Backend))} ({unknown[0]!r} is none)"] if unknown else []),
+        *([f"{unread[0]} is removed (no edition has that key)"] if unread else []),
     ]
     advice = "migrate it with `kernel-builder update-build` (it writes edition 5)"
     if blockers:

@@ -98,6 +98,14 @@ def test_the_python_package_may_not_link_to_host_files(kernel_copy, tmp_path):
     assert not any(
         "HOST SECRET" in p.read_text(errors="replace") for p in (tmp_path / "build").rglob("*") if p.is_file()
     )
+    # A linked folder, even one inside the kernel, is not followed, and the line says what to do instead.
+    (kernel_copy / "torch-ext" / "img2gray" / "data.py").unlink()
+    (kernel_copy / "torch-ext" / "img2gray" / "more").symlink_to(kernel_copy / "csrc", target_is_directory=True)
+    result = kernel_matrix(
+        "build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", str(tmp_path / "build")
+    )
+    line = one_error(result, 2)
+    assert "more: a link to a folder, which is not followed" in line and "copy the folder" in line
 
 
 # --- clean --------------------------------------------------------------------------------------------------------
