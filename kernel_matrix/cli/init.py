@@ -372,7 +372,7 @@ def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], 
         + ("each kernel's" if len(kernels) > 1 else "the kernel's")
         + " [general.hub] repo-id (not a repository secret: only the publish job reads it).",
         f"GPU test runners: self-hosted, labelled as gpu-test-runner says, never with a GitHub-hosted label "
-        f"({docs}/runner-host.md).",
+        f"({docs}/runner-host.md); with none, `gpu-test-runner: []` releases CUDA variants tested on CPUs.",
         "Outside contributors: Settings > Actions > General > require approval for all external contributors; "
         "in an organization, a runner group for the GPU runners, for this repository only, whose workflow "
         f"access is {repository}/{REUSABLE}@{ref} (the GPU test job is defined there, and GitHub gives a "
