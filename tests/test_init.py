@@ -165,12 +165,20 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu):
     ours = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())[True]
     assert on["workflow_dispatch"]["inputs"] == ours["workflow_dispatch"]["inputs"]
     assert workflow["permissions"] == {}
-    (job,) = workflow["jobs"].values()
+    job, upstream = workflow["jobs"]["kernel-matrix"], workflow["jobs"]["upstream"]
+    assert set(workflow["jobs"]) == {"kernel-matrix", "upstream"}
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}"
-    assert f"@{RELEASE['commit']}  # v{RELEASE['version']}\n" in text
+    assert text.count(f"@{RELEASE['commit']}  # v{RELEASE['version']}\n") == 2
     assert job["permissions"] == {"contents": "write"}
     assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run"}
     assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
+    # Daily, and only then, the same pin checks for torch releases the matrix lacks; the build skips that run.
+    assert upstream["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-upstream.yml@{RELEASE['commit']}"
+    assert upstream["permissions"] == {"contents": "read"} and "secrets" not in upstream
+    assert upstream["with"] == {"matrix-file": "build_matrix.yaml"}
+    (cron,) = on["schedule"]
+    assert re.fullmatch(r"\d{1,2} 5 \* \* \*", cron["cron"]) and int(cron["cron"].split()[0]) < 60
+    assert upstream["if"] == "github.event_name == 'schedule'" and job["if"] == "github.event_name != 'schedule'"
 
 
 @needs_corpus
@@ -346,8 +354,8 @@ def test_init_takes_another_repository_and_ref(relu):
     assert "uses: me/fork/.github/workflows/reusable-build.yml@v0.2.0\n" in text  # no version comment: not ours
     # That ref's workflow would install kernel-matrix of its version from PyPI, which a commit between
     # releases is not: the caller installs kernel-matrix from the same repository and ref.
-    job = yaml.safe_load(text)["jobs"]["kernel-matrix"]
-    assert job["with"]["kernel-matrix"] == "git+https://github.com/me/fork@v0.2.0"
+    for job in yaml.safe_load(text)["jobs"].values():
+        assert job["with"]["kernel-matrix"] == "git+https://github.com/me/fork@v0.2.0"
 
 
 @needs_corpus
@@ -402,10 +410,11 @@ def test_the_written_workflow_passes_actionlint_and_zizmor(relu):
     # the same call, to this checkout's reusable workflow. It finds local workflows from
     # the repository's root, which it knows by .git: without one it checks nothing.
     subprocess.run(["git", "init", "-q"], cwd=relu, check=True)
-    shutil.copy(REPO / ".github" / "workflows" / "reusable-build.yml", workflows / "reusable-build.yml")
+    for reusable in ("reusable-build.yml", "reusable-upstream.yml"):
+        shutil.copy(REPO / ".github" / "workflows" / reusable, workflows / reusable)
     text = (relu / WORKFLOW).read_text()
-    local = re.sub(r"uses: \S+@\S+", "uses: ./.github/workflows/reusable-build.yml", text)
-    assert local != text
+    local = re.sub(r"uses: \S+/(\.github/workflows/[\w-]+\.yml)@\S+", r"uses: ./\1", text)
+    assert local.count("uses: ./.github/workflows/reusable-") == 2
     (workflows / "local.yml").write_text(local)
     result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout == "", result.stdout

@@ -358,9 +358,13 @@ def test_workflows_are_locked_down(path):
     assert "pull_request_target" not in text_ and "workflow_run" not in text_
     assert workflow["permissions"] == {}, "no token permission at the top: each job asks for its own"
     for name, job in workflow["jobs"].items():
-        if "uses" in job:  # a caller: the reusable workflow of this repository, granting what its jobs may ask
-            assert (path.name, job["uses"]) == ("build.yml", REUSABLE), name
-            assert job["permissions"] == {"contents": "write"} and "steps" not in job, name
+        if "uses" in job:  # a caller: a reusable workflow of this repository, granting what its jobs may ask
+            granted = {
+                ("build.yml", REUSABLE): {"contents": "write"},
+                ("upstream.yml", "./.github/workflows/reusable-upstream.yml"): {"contents": "read"},
+            }
+            assert (path.name, job["uses"]) in granted, name
+            assert job["permissions"] == granted[(path.name, job["uses"])] and "steps" not in job, name
             continue
         assert "timeout-minutes" in job, name
         if (path.name, name) == WRITER:
@@ -384,7 +388,7 @@ def test_workflows_are_locked_down(path):
             assert "${{" not in s.get("run", ""), f"{name}: {s['run']}"
     # Every pinned commit carries its release in a comment, and it is the release of that commit.
     for line in text_.splitlines():
-        if "uses:" in line and f"uses: {REUSABLE}" not in line:
+        if "uses:" in line and not re.search(r"uses: \./\.github/workflows/reusable-[a-z]+\.yml", line):
             match = re.search(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40})  # (v[\d.]+)$", line)
             assert match, f"not pinned to a commit with its version in a comment: {line.strip()}"
             assert PINNED[match.group(1)] == (match.group(2), match.group(3)), line.strip()
@@ -488,8 +492,9 @@ def install_steps(job: str) -> list[dict]:
 def test_every_job_installs_kernel_matrix_at_the_workflows_own_release():
     from kernel_matrix import __version__
 
-    declared = BUILD["on"]["workflow_call"]["inputs"]["kernel-matrix"]
-    assert declared["default"] == f"kernel-matrix=={__version__}"  # bumped with the release, so a pin is one service
+    for reusable in ("reusable-build.yml", "reusable-upstream.yml"):
+        declared = load(WORKFLOW_DIR / reusable)["on"]["workflow_call"]["inputs"]["kernel-matrix"]
+        assert declared["default"] == f"kernel-matrix=={__version__}", reusable  # bumped with the release
     for job in ("plan", "build", "test-cpu", "test-gpu", "publish"):
         (install,) = install_steps(job)
         assert '"$KERNEL_MATRIX"' in install["run"] and " . " not in f"{install['run']} ", job
@@ -1292,10 +1297,20 @@ def test_concurrency_cancels_superseded_pull_requests_only(path):
 
 
 def test_a_schedule_checks_upstream_releases():
+    """upstream.yml runs the reusable check daily, with kernel-matrix from this checkout; a kernel's
+    caller runs the same file from its pin (test_init.py)."""
     workflow = load(WORKFLOW_DIR / "upstream.yml")
     assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
-    (job,) = workflow["jobs"].values()
-    assert job["steps"][-1]["run"] == "kernel-matrix matrix --check-upstream"
+    (caller,) = workflow["jobs"].values()
+    assert caller["uses"] == "./.github/workflows/reusable-upstream.yml"
+    assert caller["with"] == {"matrix-file": "build_matrix.yaml", "kernel-matrix": "."}
+    reusable = load(WORKFLOW_DIR / "reusable-upstream.yml")
+    assert set(reusable["on"]["workflow_call"]["inputs"]) == set(caller["with"])
+    (job,) = reusable["jobs"].values()
+    install, check = job["steps"][-2:]
+    assert install["env"] == {"KERNEL_MATRIX": "${{ inputs.kernel-matrix }}"} and '"$KERNEL_MATRIX"' in install["run"]
+    assert check["run"] == "kernel-matrix matrix --check-upstream"
+    assert check["env"] == {"KERNEL_MATRIX_FILE": "${{ inputs.matrix-file }}"}
 
 
 def test_ci_runs_the_projects_test_command():

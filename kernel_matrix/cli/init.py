@@ -13,6 +13,7 @@ checked before anything is written."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -35,7 +36,8 @@ from kernel_matrix.planning.selection import Selection
 
 MATRIX = Path("build_matrix.yaml")
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
-REUSABLE = ".github/workflows/reusable-build.yml"
+REUSABLE = "reusable-build.yml"
+UPSTREAM = "reusable-upstream.yml"
 # How deep below DIR kernel folders are looked for (kernels-community/<kernel>/build.toml is 1).
 SEARCH_DEPTH = 3
 # Folders that hold no kernel of the repository: build output, environments, dependencies.
@@ -310,25 +312,34 @@ def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
 
 
 def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main") -> str:
-    """The caller workflow: pushes to `branch` and v* tags, pull requests, manual runs.
-    version: the release `ref` is the commit of (None: another ref, whose reusable
-    workflow would install a kernel-matrix of its version from PyPI, which a commit
-    between releases is not: the caller then installs kernel-matrix from that ref)."""
-    uses = f"{repository}/{REUSABLE}@{ref}"
+    """The caller workflow: pushes to `branch` and v* tags, pull requests, manual runs, and
+    a daily check for torch releases the matrix lacks. version: the release `ref` is the
+    commit of (None: another ref, whose reusable workflows would install a kernel-matrix of
+    its version from PyPI, which a commit between releases is not: the caller then installs
+    kernel-matrix from that ref)."""
+    uses = {name: f"{repository}/.github/workflows/{name}@{ref}" for name in (REUSABLE, UPSTREAM)}
     # The release beside its commit, as every pin in kernel-matrix's own workflows.
     comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
     install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
+    line = "" if install is None else f"      kernel-matrix: {_scalar(install)}"
+    # A minute of its own per repository and branch, not every caller's at once.
+    minute = int(hashlib.sha256(f"{repository} {branch}".encode()).hexdigest(), 16) % 60
     text = _fill(
         "caller-workflow.yml.in",
         {
-            "uses": _scalar(uses) + comment,
+            "uses": _scalar(uses[REUSABLE]) + comment,
+            "upstream_uses": _scalar(uses[UPSTREAM]) + comment,
             "branch": _scalar(branch),
-            "install": "" if install is None else f"      kernel-matrix: {_scalar(install)}",
+            "install": line,
+            "upstream_install": line,
+            "cron": _scalar(f"{minute} 5 * * *"),
         },
     )
     written = yaml.safe_load(text)
-    job = written["jobs"]["kernel-matrix"]
-    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    jobs = written["jobs"]
+    for job, name in (("kernel-matrix", REUSABLE), ("upstream", UPSTREAM)):
+        assert jobs[job]["uses"] == uses[name], "the workflow reads back otherwise"
+        assert jobs[job]["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
     assert written[True]["push"]["branches"] == [branch], "the workflow reads back otherwise"  # YAML 1.1: on is true
     return text
 
@@ -375,8 +386,8 @@ def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], 
         f"({docs}/runner-host.md); with none, `gpu-test-runner: []` releases CUDA variants tested on CPUs.",
         "Outside contributors: Settings > Actions > General > require approval for all external contributors; "
         "in an organization, a runner group for the GPU runners, for this repository only, whose workflow "
-        f"access is {repository}/{REUSABLE}@{ref} (the GPU test job is defined there, and GitHub gives a "
-        f"group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
+        f"access is {repository}/.github/workflows/{REUSABLE}@{ref} (the GPU test job is defined there, and "
+        f"GitHub gives a group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
         f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
         f"kernel-matrix' && git push. Pushes to {branch} ({why}) and v* tags build: another branch goes in "
         f"the workflow's on.push.branches.",
