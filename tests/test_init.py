@@ -178,6 +178,14 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu):
     assert upstream["with"] == {"matrix-file": "build_matrix.yaml"}
     (cron,) = on["schedule"]
     assert re.fullmatch(r"\d{1,2} 5 \* \* \*", cron["cron"]) and int(cron["cron"].split()[0]) < 60
+    # Its minute is the kernel repository's own (from its kernels' names), not every caller's.
+    from kernel_matrix.cli.init import workflow_text
+
+    minutes = {
+        yaml.safe_load(workflow_text("o/r", "c" * 40, "0.1.0", "main", name))[True]["schedule"][0]["cron"]
+        for name in ("relu", "rotary", "maxsim")
+    }
+    assert len(minutes) == 3 and cron["cron"] in minutes  # relu's
     assert upstream["if"] == "github.event_name == 'schedule'" and job["if"] == "github.event_name != 'schedule'"
 
 

@@ -100,7 +100,13 @@ def init(
     branch, why = push_branch(directory)
     texts = {
         targets[0]: matrix_text(kernels),
-        targets[1]: workflow_text(repository, ref, release.version if ref == release.commit else None, branch),
+        targets[1]: workflow_text(
+            repository,
+            ref,
+            release.version if ref == release.commit else None,
+            branch,
+            " ".join(config.general.name for _, config in kernels),
+        ),
     }
     if ref == release.commit and Version(__version__) != Version(release.version):  # a build between releases
         console.print(
@@ -311,9 +317,10 @@ def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
     return text
 
 
-def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main") -> str:
+def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main", kernels: str = "") -> str:
     """The caller workflow: pushes to `branch` and v* tags, pull requests, manual runs, and
-    a daily check for torch releases the matrix lacks. version: the release `ref` is the
+    a daily check for torch releases the matrix lacks (at a minute that `kernels`, the
+    repository's kernel names, choose). version: the release `ref` is the
     commit of (None: another ref, whose reusable workflows would install a kernel-matrix of
     its version from PyPI, which a commit between releases is not: the caller then installs
     kernel-matrix from that ref)."""
@@ -322,8 +329,8 @@ def workflow_text(repository: str, ref: str, version: str | None, branch: str = 
     comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
     install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
     line = "" if install is None else f"      kernel-matrix: {_scalar(install)}"
-    # A minute of its own per repository and branch, not every caller's at once.
-    minute = int(hashlib.sha256(f"{repository} {branch}".encode()).hexdigest(), 16) % 60
+    # A minute of its own per kernel repository (its kernels' names), not every caller's at once.
+    minute = int(hashlib.sha256(kernels.encode()).hexdigest(), 16) % 60
     text = _fill(
         "caller-workflow.yml.in",
         {

@@ -47,7 +47,7 @@ RunnerLabels = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_le
 
 class ArchRunners(Section):
     build_runner: RunnerLabels
-    # [] where there is no GPU runner: the arch's CUDA variants are built, CPU-tested and
+    # [] where there is no GPU runner: the arch's CUDA variants are built, tested on CPUs and
     # released without a GPU test (`matrix` warns of it), as cibuildwheel's users test on CPUs.
     gpu_test_runner: list[Annotated[str, Field(min_length=1)]]
     # The compute capability of the GPU test runners' GPUs ("9.0" for an H100/H200): a
