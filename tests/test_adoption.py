@@ -323,7 +323,7 @@ def adopt(
 @needs_corpus
 def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
     repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror)
-    (caller,) = (repository / ".github" / "workflows").glob("*.yml")
+    caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
     with HubServer(trusted_orgs=["kernels-community"]) as hub:
         runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache)
@@ -341,7 +341,7 @@ def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror,
     kernels = {"relu": CORPUS / "kernels-community" / "relu", "einops": CORPUS / "kernels-community" / "einops"}
     repository, _ = adopt(kernels, tmp_path, installed, mirror)
     assert sorted(yaml.safe_load((repository / "build_matrix.yaml").read_text())["kernels"]) == ["einops", "relu"]
-    (caller,) = (repository / ".github" / "workflows").glob("*.yml")
+    caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     with HubServer(trusted_orgs=["kernels-community"]) as hub:
         Runner(caller, repository, installed, hub, tmp_path, actions_cache).run()
         python = installed / "bin" / "python"

@@ -49,7 +49,7 @@ def test_the_release_is_this_version_or_this_is_a_development_version_after_it()
     for release.yaml) or a development version after it, which never claims a released number."""
     from packaging.version import Version
 
-    assert set(RELEASE) == {"repository", "commit", "version"}
+    assert set(RELEASE) == {"repository", "commit", "version", "workflows"}
     assert re.fullmatch(r"[\w-]+/[\w.-]+", RELEASE["repository"]) and re.fullmatch(r"[0-9a-f]{40}", RELEASE["commit"])
     assert f'version = "{package.__version__}"' in (REPO / "pyproject.toml").read_text()
     ours, released = Version(package.__version__), Version(RELEASE["version"])
@@ -64,6 +64,16 @@ def test_the_release_is_this_version_or_this_is_a_development_version_after_it()
         ["git", "show", f"{RELEASE['commit']}:pyproject.toml"], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert f'version = "{RELEASE["version"]}"' in pinned.stdout, "the pinned commit is not that version's"
+    # The reusable workflows init may call at the pin: exactly those the commit holds.
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", RELEASE["commit"], ".github/workflows/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    held = sorted(Path(name).name for name in listed if Path(name).name.startswith("reusable-"))
+    assert sorted(RELEASE["workflows"]) == held, held
     if ours == released:  # the release itself: what the pin runs is this code
         changed = subprocess.run(
             ["git", "diff", "--name-only", RELEASE["commit"], "--", "kernel_matrix", ".github", "pyproject.toml"],
@@ -165,28 +175,44 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu):
     ours = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())[True]
     assert on["workflow_dispatch"]["inputs"] == ours["workflow_dispatch"]["inputs"]
     assert workflow["permissions"] == {}
-    job, upstream = workflow["jobs"]["kernel-matrix"], workflow["jobs"]["upstream"]
-    assert set(workflow["jobs"]) == {"kernel-matrix", "upstream"}
+    (job,) = workflow["jobs"].values()
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}"
-    assert text.count(f"@{RELEASE['commit']}  # v{RELEASE['version']}\n") == 2
+    assert f"@{RELEASE['commit']}  # v{RELEASE['version']}\n" in text
     assert job["permissions"] == {"contents": "write"}
     assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run"}
     assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
-    # Daily, and only then, the same pin checks for torch releases the matrix lacks; the build skips that run.
-    assert upstream["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-upstream.yml@{RELEASE['commit']}"
-    assert upstream["permissions"] == {"contents": "read"} and "secrets" not in upstream
-    assert upstream["with"] == {"matrix-file": "build_matrix.yaml"}
-    (cron,) = on["schedule"]
-    assert re.fullmatch(r"\d{1,2} 5 \* \* \*", cron["cron"]) and int(cron["cron"].split()[0]) < 60
-    # Its minute is the kernel repository's own (from its kernels' names), not every caller's.
-    from kernel_matrix.cli.init import workflow_text
+    # The daily check only where the pinned release has its reusable workflow (0.1.0 has not).
+    daily = relu / ".github" / "workflows" / "kernel-matrix-upstream.yml"
+    assert daily.exists() == ("reusable-upstream.yml" in RELEASE["workflows"])
+
+
+@needs_corpus
+def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu):
+    """At a pin that has reusable-upstream.yml: a file of its own (GitHub disables a public repository's
+    scheduled workflows after 60 days without activity, and the build must not go with it), daily at a
+    minute of the repository's own, with the build workflow's pin and install."""
+    commit = "c" * 40
+    assert init("--ref", commit, cwd=relu).returncode == 0
+    workflows = relu / ".github" / "workflows"
+    daily = yaml.safe_load((workflows / "kernel-matrix-upstream.yml").read_text())
+    assert set(daily[True]) == {"schedule", "workflow_dispatch"} and daily["permissions"] == {}
+    (job,) = daily["jobs"].values()
+    assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-upstream.yml@{commit}"
+    assert job["permissions"] == {"contents": "read"} and "secrets" not in job
+    assert job["with"] == {
+        "matrix-file": "build_matrix.yaml",
+        "kernel-matrix": f"git+https://github.com/{RELEASE['repository']}@{commit}",
+    }
+    build = yaml.safe_load((workflows / "kernel-matrix.yml").read_text())
+    assert "schedule" not in build[True]
+    (cron,) = daily[True]["schedule"]
+    from kernel_matrix.cli.init import upstream_text
 
     minutes = {
-        yaml.safe_load(workflow_text("o/r", "c" * 40, "0.1.0", "main", name))[True]["schedule"][0]["cron"]
+        yaml.safe_load(upstream_text("o/r", commit, None, name))[True]["schedule"][0]["cron"]
         for name in ("relu", "rotary", "maxsim")
     }
-    assert len(minutes) == 3 and cron["cron"] in minutes  # relu's
-    assert upstream["if"] == "github.event_name == 'schedule'" and job["if"] == "github.event_name != 'schedule'"
+    assert len(minutes) == 3 and cron["cron"] in minutes  # relu's, and not every repository's
 
 
 @needs_corpus
@@ -349,6 +375,7 @@ def test_init_refuses_a_folder_without_kernels_and_bad_options(tmp_path):
         (("nope",), "nope: not a folder"),
         (("--repository", "a b"), "--repository 'a b': expected OWNER/NAME"),
         (("--ref", "main..x"), "--ref 'main..x': expected a commit or tag"),
+        (("--ref", "86ef390"), "--ref '86ef390': a commit is pinned by its full 40-character SHA"),
     ]:
         result = init(*args, cwd=tmp_path)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr, args
@@ -406,26 +433,47 @@ def tool(name: str) -> str:
 
 
 @needs_corpus
-def test_the_written_workflow_passes_actionlint_and_zizmor(relu):
-    assert init(cwd=relu).returncode == 0
+@pytest.mark.parametrize("pin", ["release", "a later commit"])
+def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call(relu, pin):
+    """Each written workflow lints clean, also against the reusable workflows it calls as they are at its
+    pin: the release's commit (so a caller never names a workflow or input its release lacks), or, for
+    --ref, this checkout's."""
+    head = "d" * 40
+    assert init(*(["--ref", head] if pin != "release" else []), cwd=relu).returncode == 0
     workflows = relu / ".github" / "workflows"
+    written = sorted(p.relative_to(relu) for p in workflows.glob("*.yml"))
+    assert Path(".github/workflows/kernel-matrix.yml") in written
     actionlint = [tool("actionlint"), "-no-color", "-shellcheck", tool("shellcheck")]
     actionlint += ["-config-file", str(REPO / ".github" / "actionlint.yaml")]
-    result = subprocess.run([*actionlint, str(WORKFLOW)], cwd=relu, capture_output=True, text=True)
+    result = subprocess.run([*actionlint, *map(str, written)], cwd=relu, capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout == "", result.stdout
     # actionlint cannot read a remote reusable workflow, so it checks the `with:` and
-    # `secrets:` of the call only against the called file's inputs when that is local:
-    # the same call, to this checkout's reusable workflow. It finds local workflows from
-    # the repository's root, which it knows by .git: without one it checks nothing.
+    # `secrets:` of a call only against the called file's inputs when that is local: the
+    # same calls, to the reusable workflows as the pin holds them. It finds local workflows
+    # from the repository's root, which it knows by .git: without one it checks nothing.
     subprocess.run(["git", "init", "-q"], cwd=relu, check=True)
     for reusable in ("reusable-build.yml", "reusable-upstream.yml"):
-        shutil.copy(REPO / ".github" / "workflows" / reusable, workflows / reusable)
-    text = (relu / WORKFLOW).read_text()
-    local = re.sub(r"uses: \S+/(\.github/workflows/[\w-]+\.yml)@\S+", r"uses: ./\1", text)
-    assert local.count("uses: ./.github/workflows/reusable-") == 2
-    (workflows / "local.yml").write_text(local)
-    result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout == "", result.stdout
+        if pin == "release":
+            held = subprocess.run(
+                ["git", "show", f"{RELEASE['commit']}:.github/workflows/{reusable}"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if held.returncode == 0:
+                (workflows / reusable).write_text(held.stdout)
+            elif (REPO / ".git" / "shallow").exists():
+                pytest.skip("a shallow clone: the pinned commit is not here")
+        else:
+            shutil.copy(REPO / ".github" / "workflows" / reusable, workflows / reusable)
+    for caller in written:
+        text = (relu / caller).read_text()
+        local = re.sub(r"uses: \S+/(\.github/workflows/[\w-]+\.yml)@\S+", r"uses: ./\1", text)
+        assert local.count("uses: ./.github/workflows/reusable-") == 1
+        (workflows / "local.yml").write_text(local)
+        result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
+        assert result.returncode == 0 and result.stdout == "", f"{caller}: {result.stdout}"
     # A mistake is caught that way: an input the reusable workflow does not have.
     (workflows / "local.yml").write_text(local.replace("matrix-file:", "matrix-fil:"))
     result = subprocess.run([*actionlint, ".github/workflows/local.yml"], cwd=relu, capture_output=True, text=True)
@@ -433,7 +481,7 @@ def test_the_written_workflow_passes_actionlint_and_zizmor(relu):
     # zizmor as the project runs it, and its auditor persona (every finding, false positives too): none.
     for persona in ("regular", "auditor"):
         result = subprocess.run(
-            [tool("zizmor"), "--offline", "--no-progress", f"--persona={persona}", str(WORKFLOW)],
+            [tool("zizmor"), "--offline", "--no-progress", f"--persona={persona}", *map(str, written)],
             cwd=relu,
             capture_output=True,
             text=True,

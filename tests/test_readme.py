@@ -34,7 +34,7 @@ RUN_BY = {
     # "Use it in your kernel's repository": run from the wheel, in a fresh venv and kernel repository.
     "pip install kernel-matrix": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
     "kernel-matrix init": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
-    'git add build_matrix.yaml .github/workflows/kernel-matrix.yml && git commit -m "Build with kernel-matrix" '
+    'git add build_matrix.yaml .github/workflows && git commit -m "Build with kernel-matrix" '
     "&& git push": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
 }
 

@@ -1,13 +1,15 @@
 """`kernel-matrix init [DIR]`: set up a kernel's repository to build with kernel-matrix.
 
-It writes two files, never over an existing one:
+It writes these files, never over an existing one:
 - build_matrix.yaml: `kernel: .` (a build.toml in DIR) or `kernels:` (the folders
   below DIR that hold one), the torch minors of the default grid within their
   [torch] minver/maxver, the default runner labels to edit;
-- .github/workflows/kernel-matrix.yml: a caller of kernel-matrix's reusable
-  workflow, pinned at the commit of this release (data/release.yaml).
+- .github/workflows/kernel-matrix.yml: a caller of kernel-matrix's reusable build
+  workflow, pinned at the commit of the latest release (data/release.yaml);
+- .github/workflows/kernel-matrix-upstream.yml: the daily check for torch releases
+  the matrix lacks, at the same pin, where that commit has its reusable workflow.
 
-Both come from fixed templates (templates/*.in) whose only variable parts are
+All come from fixed templates (templates/*.in) whose only variable parts are
 YAML scalars and blocks written by yaml.safe_dump; the result is parsed back and
 checked before anything is written."""
 
@@ -38,6 +40,7 @@ MATRIX = Path("build_matrix.yaml")
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
 REUSABLE = "reusable-build.yml"
 UPSTREAM = "reusable-upstream.yml"
+UPSTREAM_WORKFLOW = Path(".github/workflows/kernel-matrix-upstream.yml")
 # How deep below DIR kernel folders are looked for (kernels-community/<kernel>/build.toml is 1).
 SEARCH_DEPTH = 3
 # Folders that hold no kernel of the repository: build output, environments, dependencies.
@@ -46,22 +49,26 @@ REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,10
 # A commit, a tag or a branch: git's ref characters, without '..', '@{' or a leading '-' or '/'.
 REF = re.compile(r"^(?!.*\.\.)(?!.*@\{)(?![-/.])[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# An abbreviated commit, which GitHub does not take as a reusable workflow's ref.
+SHORT_COMMIT = re.compile(r"^[0-9a-f]{7,39}$")
 
 
 @dataclass(frozen=True)
 class Release:
-    """Where the reusable workflow of this release lives (data/release.yaml)."""
+    """Where the reusable workflows of the latest release live (data/release.yaml)."""
 
     repository: str
     commit: str
     version: str
+    workflows: tuple[str, ...]  # the reusable workflows that commit holds
 
     @staticmethod
     def packaged() -> Release:
         from kernel_matrix.data import load
 
         data = load("release")
-        return Release(str(data["repository"]), str(data["commit"]), str(data["version"]))
+        workflows = tuple(str(name) for name in data["workflows"])
+        return Release(str(data["repository"]), str(data["commit"]), str(data["version"]), workflows)
 
 
 def init(
@@ -80,14 +87,19 @@ def init(
     """Write build_matrix.yaml and .github/workflows/kernel-matrix.yml into a kernel's repository.
 
     The matrix names the kernel in DIR (its build.toml) or the kernel folders below
-    it; the workflow calls kernel-matrix's reusable workflow at a pinned commit.
-    Existing files are never overwritten (exit 2, nothing written)."""
+    it; the workflow calls kernel-matrix's reusable workflow at a pinned commit (and
+    kernel-matrix-upstream.yml, where that commit has it, checks daily for new torch
+    releases). Existing files are never overwritten (exit 2, nothing written)."""
     release = Release.packaged()
     repository = _checked(repository, REPOSITORY, "--repository", "OWNER/NAME") or release.repository
     ref = _checked(ref, REF, "--ref", "a commit or tag") or release.commit
+    if SHORT_COMMIT.match(ref):  # GitHub pins a reusable workflow by a full SHA, a tag or a branch
+        raise ConfigError(f"--ref {ref!r}: a commit is pinned by its full 40-character SHA")
     if not directory.is_dir():
         raise ConfigError(f"{directory}: not a folder (give the kernel's repository)")
-    targets = [directory / MATRIX, directory / WORKFLOW]
+    # The daily check where the pinned commit has its reusable workflow (another --ref: a later commit).
+    daily = ref != release.commit or UPSTREAM in release.workflows
+    targets = [directory / MATRIX, directory / WORKFLOW, *([directory / UPSTREAM_WORKFLOW] if daily else [])]
     for target in targets:
         if os.path.lexists(target):
             raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
@@ -98,16 +110,10 @@ def init(
         if note := flake_note(directory / folder, config.general.name):
             console.print(note, soft_wrap=True)
     branch, why = push_branch(directory)
-    texts = {
-        targets[0]: matrix_text(kernels),
-        targets[1]: workflow_text(
-            repository,
-            ref,
-            release.version if ref == release.commit else None,
-            branch,
-            " ".join(config.general.name for _, config in kernels),
-        ),
-    }
+    version = release.version if ref == release.commit else None
+    texts = {targets[0]: matrix_text(kernels), targets[1]: workflow_text(repository, ref, version, branch)}
+    if daily:
+        texts[targets[2]] = upstream_text(repository, ref, version, " ".join(c.general.name for _, c in kernels))
     if ref == release.commit and Version(__version__) != Version(release.version):  # a build between releases
         console.print(
             f"note: kernel-matrix {__version__} is not a release: the workflow runs release {release.version} "
@@ -134,7 +140,8 @@ def init(
     else:
         if note := batching(len(resolved.cells), jobs):
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
-    _next_steps(directory, repository, ref, [name for name, _ in kernels], branch, why)
+    written = " ".join(target.relative_to(directory).as_posix() for target in targets)
+    _next_steps(directory, repository, ref, [name for name, _ in kernels], (branch, why), written)
 
 
 def flake_note(kernel_dir: Path, name: str) -> str | None:
@@ -317,38 +324,48 @@ def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
     return text
 
 
-def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main", kernels: str = "") -> str:
-    """The caller workflow: pushes to `branch` and v* tags, pull requests, manual runs, and
-    a daily check for torch releases the matrix lacks (at a minute that `kernels`, the
-    repository's kernel names, choose). version: the release `ref` is the
-    commit of (None: another ref, whose reusable workflows would install a kernel-matrix of
-    its version from PyPI, which a commit between releases is not: the caller then installs
-    kernel-matrix from that ref)."""
-    uses = {name: f"{repository}/.github/workflows/{name}@{ref}" for name in (REUSABLE, UPSTREAM)}
-    # The release beside its commit, as every pin in kernel-matrix's own workflows.
-    comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
-    install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
-    line = "" if install is None else f"      kernel-matrix: {_scalar(install)}"
-    # A minute of its own per kernel repository (its kernels' names), not every caller's at once.
-    minute = int(hashlib.sha256(kernels.encode()).hexdigest(), 16) % 60
+def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main") -> str:
+    """The caller of reusable-build.yml: pushes to `branch` and v* tags, pull requests and
+    manual runs. version: the release `ref` is the commit of (None: another ref, whose
+    reusable workflow would install a kernel-matrix of its version from PyPI, which a
+    commit between releases is not: the caller then installs kernel-matrix from that ref)."""
+    uses, comment, install = _pin(repository, REUSABLE, ref, version)
     text = _fill(
         "caller-workflow.yml.in",
-        {
-            "uses": _scalar(uses[REUSABLE]) + comment,
-            "upstream_uses": _scalar(uses[UPSTREAM]) + comment,
-            "branch": _scalar(branch),
-            "install": line,
-            "upstream_install": line,
-            "cron": _scalar(f"{minute} 5 * * *"),
-        },
+        {"uses": _scalar(uses) + comment, "branch": _scalar(branch), "install": _install_line(install)},
     )
     written = yaml.safe_load(text)
-    jobs = written["jobs"]
-    for job, name in (("kernel-matrix", REUSABLE), ("upstream", UPSTREAM)):
-        assert jobs[job]["uses"] == uses[name], "the workflow reads back otherwise"
-        assert jobs[job]["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    job = written["jobs"]["kernel-matrix"]
+    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
     assert written[True]["push"]["branches"] == [branch], "the workflow reads back otherwise"  # YAML 1.1: on is true
     return text
+
+
+def upstream_text(repository: str, ref: str, version: str | None, kernels: str) -> str:
+    """The caller of reusable-upstream.yml, at the same pin: daily, at a minute that
+    `kernels` (the repository's kernel names) choose, not every caller's at once."""
+    uses, comment, install = _pin(repository, UPSTREAM, ref, version)
+    minute = int(hashlib.sha256(kernels.encode()).hexdigest(), 16) % 60
+    text = _fill(
+        "caller-upstream.yml.in",
+        {"uses": _scalar(uses) + comment, "cron": _scalar(f"{minute} 5 * * *"), "install": _install_line(install)},
+    )
+    job = yaml.safe_load(text)["jobs"]["check-upstream"]
+    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    return text
+
+
+def _pin(repository: str, workflow: str, ref: str, version: str | None) -> tuple[str, str, str | None]:
+    """A reusable workflow's `uses:`, the release comment beside a commit of a release (as
+    every pin in kernel-matrix's own workflows), and the kernel-matrix a ref between
+    releases installs (None: the release's own, the workflow's default)."""
+    comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
+    install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
+    return f"{repository}/.github/workflows/{workflow}@{ref}", comment, install
+
+
+def _install_line(install: str | None) -> str:
+    return "" if install is None else f"      kernel-matrix: {_scalar(install)}"
 
 
 def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
@@ -379,7 +396,10 @@ def push_branch(directory: Path) -> tuple[str, str]:
     return "main", "no git branch found"
 
 
-def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], branch: str, why: str) -> None:
+def _next_steps(
+    directory: Path, repository: str, ref: str, kernels: list[str], push: tuple[str, str], written: str
+) -> None:
+    branch, why = push
     docs = f"https://github.com/{repository}/blob/{ref}/docs"
     where = "" if directory == Path(".") else f" (in {directory})"
     steps = [
@@ -395,9 +415,9 @@ def _next_steps(directory: Path, repository: str, ref: str, kernels: list[str], 
         "in an organization, a runner group for the GPU runners, for this repository only, whose workflow "
         f"access is {repository}/.github/workflows/{REUSABLE}@{ref} (the GPU test job is defined there, and "
         f"GitHub gives a group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
-        f"Commit and push{where}: git add {MATRIX} {WORKFLOW.as_posix()} && git commit -m 'Build with "
-        f"kernel-matrix' && git push. Pushes to {branch} ({why}) and v* tags build: another branch goes in "
-        f"the workflow's on.push.branches.",
+        f"Commit and push{where}: git add {written} && git commit -m 'Build with kernel-matrix' && git push "
+        f"(a new branch: git push -u origin HEAD, then a pull request). Pushes to {branch} ({why}) and v* tags "
+        "build: another branch goes in the workflow's on.push.branches.",
     ]
     if not _ignored(directory, "build/"):  # where variants, logs and caches (gigabytes) go
         steps.insert(-1, "Add build/ to .gitignore: kernel-matrix writes variants, logs and caches there.")

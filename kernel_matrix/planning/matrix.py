@@ -140,9 +140,9 @@ class Matrix:
             if not runners.gpu_test_runner and cuda:
                 line, col = self.located.position(("archs", arch, "gpu-test-runner"))
                 lines.append(
-                    f"{self.path}:{line}:{col}: warning: archs.{arch}.gpu-test-runner is []: its {len(cuda)} CUDA "
-                    "cells are built and tested on CPUs only (a kernel without cpu in its backends: loaded only), "
-                    "and released without a GPU test"
+                    f"{self.path}:{line}:{col}: warning: archs.{arch}.gpu-test-runner is []: every kernel's "
+                    f"variants of its {len(cuda)} CUDA grid cells are built and tested on CPUs only (a kernel "
+                    "without cpu in its backends: loaded only), and released without a GPU test"
                 )
         return lines
 
