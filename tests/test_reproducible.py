@@ -212,6 +212,17 @@ def test_verify_reads_the_kernel_from_the_matrix_as_every_command_does(cpu_varia
     result = cli_in(kernel, "verify", str(variant))
     assert result.returncode == 0, result.stderr
     assert f"identical: {variant} (4 files)" in result.stdout
+    # No VARIANT: this host's, as `test` and `check-abi` take it (the CPU one, or a line naming it).
+    from kernel_matrix.cli.checks import _host_variants
+    from kernel_matrix.planning.selection import Kernel
+
+    host, _ = _host_variants(Kernel.load(kernel), python=None, backend=None)
+    result = cli_in(kernel, "verify", "--build-dir", str(variant.parent))
+    if host == variant.name:
+        assert result.returncode == 0 and f"identical: {variant} (4 files)" in result.stdout, result.stderr
+    else:
+        assert result.returncode == ExitCode.CONFIG
+        assert f"check it with `kernel-matrix verify {variant.name}`" in result.stderr, result.stderr
     other = tmp_path / "gray-two"
     shutil.copytree(KERNEL_DIR, other, ignore=shutil.ignore_patterns("build", "__pycache__"))
     toml = other / "build.toml"

@@ -219,8 +219,8 @@ def verify(
     variants: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Variant folders, or names under --build-dir; with --repo-id: the release's variants to verify "
-            "(default: all).",
+            help="Variant folders, or names under --build-dir (default: this host's, as `test`); with --repo-id: "
+            "the release's variants to verify (default: all).",
             metavar="VARIANT...",
             show_default=False,
         ),
@@ -256,18 +256,24 @@ def verify(
     file) when one differs; 4 when a variant cannot be rebuilt here."""
     from kernel_matrix.releasing.verify import verify_command
 
-    check_verify_options(variants or [], repo_id=repo_id, revision=revision)
+    check_verify_options(repo_id, revision)
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if len(kernels) != 1:
         names = ", ".join(k.name for k, _ in kernels)
         raise ConfigError(f"{file} names several kernels ({names}): verify one, with --kernel NAME")
     ((chosen, subfolder),) = kernels
+    folder = BuildDir(build_dir, subfolder).path
+    if repo_id is None and not variants:  # this host's variant, as `build` made it and `test` tests it
+        from kernel_matrix.checking.testing import resolve_host_variant
+
+        name, _ = _host_variants(chosen, python=python, backend=None)
+        variants = [str(resolve_host_variant(name, folder, {}, "verify"))]
     verify_command(
         variants or [],
         repo_id=repo_id,
         revision=revision,
         kernel_dir=chosen.dir,
-        build_dir=BuildDir(build_dir, subfolder).path,
+        build_dir=folder,
         python=python,
         matrix_file=file,
         image_kind=image.value if image else None,
@@ -278,10 +284,7 @@ def verify(
     )
 
 
-def check_verify_options(variants: list[str], *, repo_id: str | None, revision: str | None) -> None:
-    """verify compares local folders (VARIANT...) or a Hub release (--repo-id, --revision): not neither."""
-    if repo_id is None:
-        if revision is not None:
-            raise ConfigError("--revision is for a Hub release: give --repo-id too")
-        if not variants:
-            raise ConfigError("give the VARIANT folders (or names under --build-dir) to verify, or --repo-id")
+def check_verify_options(repo_id: str | None, revision: str | None) -> None:
+    """verify compares local folders (VARIANT..., default this host's) or a Hub release (--repo-id, --revision)."""
+    if repo_id is None and revision is not None:
+        raise ConfigError("--revision is for a Hub release: give --repo-id too")
