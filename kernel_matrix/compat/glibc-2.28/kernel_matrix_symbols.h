@@ -46,21 +46,6 @@
  * functions are not in libc yet, where ld refuses a versioned reference that no
  * library on its command line defines ("no symbol version section"). */
 #if defined(__linux__) && !defined(__CUDA_ARCH__) && defined(__GLIBC_PREREQ)
-#if __GLIBC_PREREQ(2, 29)
-#if defined(__x86_64__)
-__asm__(".symver exp,exp@GLIBC_2.2.5");
-__asm__(".symver exp2,exp2@GLIBC_2.2.5");
-__asm__(".symver log,log@GLIBC_2.2.5");
-__asm__(".symver log2,log2@GLIBC_2.2.5");
-__asm__(".symver pow,pow@GLIBC_2.2.5");
-#elif defined(__aarch64__)
-__asm__(".symver exp,exp@GLIBC_2.17");
-__asm__(".symver exp2,exp2@GLIBC_2.17");
-__asm__(".symver log,log@GLIBC_2.17");
-__asm__(".symver log2,log2@GLIBC_2.17");
-__asm__(".symver pow,pow@GLIBC_2.17");
-#endif
-#endif
 #if defined(__x86_64__)
 #define KERNEL_MATRIX_GLIBC_2_28(name, x86_64, aarch64) __asm__(".symver " #name "," #name "@GLIBC_" x86_64);
 #elif defined(__aarch64__)
@@ -69,6 +54,13 @@ __asm__(".symver pow,pow@GLIBC_2.17");
 #define KERNEL_MATRIX_GLIBC_2_28(name, x86_64, aarch64)
 #endif
 /* function, its version on x86_64, on aarch64 */
+#if __GLIBC_PREREQ(2, 29) /* libm's new versions in glibc 2.29 */
+KERNEL_MATRIX_GLIBC_2_28(exp, "2.2.5", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(exp2, "2.2.5", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(log, "2.2.5", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(log2, "2.2.5", "2.17")
+KERNEL_MATRIX_GLIBC_2_28(pow, "2.2.5", "2.17")
+#endif
 #if __GLIBC_PREREQ(2, 32) /* moved into libc in glibc 2.32 */
 KERNEL_MATRIX_GLIBC_2_28(pthread_attr_setaffinity_np, "2.3.4", "2.17")
 KERNEL_MATRIX_GLIBC_2_28(pthread_getaffinity_np, "2.3.4", "2.17")
