@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_matrix.building.variant_dir import render_template
 from kernel_matrix.errors import BuildError, ConfigError, TestFailure
@@ -168,7 +168,7 @@ def run_kernel_tests(
     if gpu.refusal:
         return Outcome(gpu.refusal, skipped=True)
     if gpu.absent and "cpu" not in config.general.backends:
-        return _load_only(variant_dir, config, python)
+        return _load_only(variant_dir, metadata, config, python)
     if gpu.note:
         say(gpu.note)
     env = {
@@ -282,7 +282,7 @@ def gpu_check(metadata: object, python: str | None) -> GpuCheck:
     )
 
 
-def _load_only(variant_dir: Path, config: BuildConfig, python: str | None) -> Outcome:
+def _load_only(variant_dir: Path, metadata: dict[str, Any], config: BuildConfig, python: str | None) -> Outcome:
     """A CUDA variant of a kernel that declares no cpu backend, where no GPU is: its suite
     has nothing it could run (a suite that falls back to CPU tensors calls ops registered
     for CUDA only, and fails), so the variant is loaded by the real loader instead, with
@@ -293,7 +293,7 @@ def _load_only(variant_dir: Path, config: BuildConfig, python: str | None) -> Ou
         why = load_check(variant_dir, variant_dir.name, python=python or sys.executable, backend="cuda")
     except BuildError as exc:
         raise TestFailure(str(exc).replace("built, but ", "", 1)) from None
-    if why and not json.loads((variant_dir / METADATA).read_text()).get("kernel-depends"):
+    if why and not metadata.get("kernel-depends"):
         # Nothing was checked (the interpreter did not start, no kernels or CUDA torch there):
         # not a pass. Only a kernel whose kernel-depends come from the Hub cannot be loaded here.
         raise TestFailure(f"{variant_dir.name}: cannot be loaded here: {why}")

@@ -103,6 +103,15 @@ def test(
     each_kernel(kernels, test_one)
 
 
+def _built_host_variant(chosen: Kernel, folder: Path, command: str, *, python: str | None) -> Path:
+    """This host's variant of chosen, built under folder, for a command without --backend
+    (check-abi, verify): the one line naming what is built there otherwise."""
+    from kernel_matrix.checking.testing import resolve_host_variant
+
+    name, _ = _host_variants(chosen, python=python, backend=None)
+    return resolve_host_variant(name, folder, {}, command)
+
+
 def _host_variants(chosen: Kernel, *, python: str | None, backend: str | None) -> tuple[str, dict[str, str]]:
     """The variant of the kernel that `build` makes here (backend: --backend, else this host's
     default), and the variants its other backends make here, {backend: name}: what to offer
@@ -155,7 +164,7 @@ def check_abi(
     In a matrix of several kernels a variant name is looked up in each kernel's folder of
     --build-dir (<build-dir>/<kernel>/<variant>): --kernel picks kernels; without it every
     kernel that has that variant built is checked."""
-    from kernel_matrix.checking.testing import resolve_host_variant, resolve_variant_dir
+    from kernel_matrix.checking.testing import resolve_variant_dir
 
     def check(variant_dir: Path) -> None:
         _check_abi(variant_dir, python_abi=python_abi, manylinux=manylinux)
@@ -165,8 +174,7 @@ def check_abi(
     if variant is None:  # this host's variant of each kernel, as `build` made it and `test` tests it
 
         def host(chosen: Kernel, subfolder: str | None) -> None:
-            name, _ = _host_variants(chosen, python=None, backend=None)  # check-abi has no --backend to offer
-            check(resolve_host_variant(name, BuildDir(build_dir, subfolder).path, {}, "check-abi"))
+            check(_built_host_variant(chosen, BuildDir(build_dir, subfolder).path, "check-abi", python=None))
 
         each_kernel(selection.kernel_folders(), host)
         return
@@ -264,10 +272,7 @@ def verify(
     ((chosen, subfolder),) = kernels
     folder = BuildDir(build_dir, subfolder).path
     if repo_id is None and not variants:  # this host's variant, as `build` made it and `test` tests it
-        from kernel_matrix.checking.testing import resolve_host_variant
-
-        name, _ = _host_variants(chosen, python=python, backend=None)
-        variants = [str(resolve_host_variant(name, folder, {}, "verify"))]
+        variants = [str(_built_host_variant(chosen, folder, "verify", python=python))]
     verify_command(
         variants or [],
         repo_id=repo_id,
