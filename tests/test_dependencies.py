@@ -143,13 +143,13 @@ def test_an_unreachable_archive_is_one_line_naming_the_pin_the_url_and_the_overr
     assert "$KERNEL_MATRIX_DEPS_DIR/cutlass_4_0/include" in message
 
 
-def test_the_override_wins_and_containers_get_only_the_declared_folders(tmp_path, monkeypatch):
+def test_the_override_wins_and_containers_get_only_the_declared_folders(cutlass_3_8, tmp_path, monkeypatch, capsys):
     override = tmp_path / "deps" / "cutlass_4_0" / "include" / "cutlass"
     override.mkdir(parents=True)
     (override / "cutlass.h").write_text("// the user's\n")
     (tmp_path / "deps" / "unrelated").mkdir()
-    pinned = tmp_path / "cache" / dependencies.pins()["cutlass_3_8"].folder_name / "include"
-    pinned.mkdir(parents=True)  # as if fetched before: nothing is fetched again
+    pinned = tmp_path / "cache" / cutlass_3_8.name / "include"
+    shutil.copytree(cutlass_3_8, pinned.parent)  # as if fetched before: nothing is fetched again
     monkeypatch.setenv("KERNEL_MATRIX_DEPS_DIR", str(tmp_path / "deps"))
     monkeypatch.setenv("KERNEL_MATRIX_DEPS_CACHE", str(tmp_path / "cache"))
     found = dependencies.resolve("cutlass_4_0", "build.toml")
@@ -162,6 +162,7 @@ def test_the_override_wins_and_containers_get_only_the_declared_folders(tmp_path
         (found.folder, "/deps/override/cutlass_4_0"),
     ]
     assert env == {"KERNEL_MATRIX_DEPS_CACHE": "/deps/pinned", "KERNEL_MATRIX_DEPS_DIR": "/deps/override"}
+    assert "fetching" not in capsys.readouterr().err
 
 
 def test_an_override_with_the_pins_headers_is_recorded_as_the_pin(tmp_path, monkeypatch):

@@ -7,10 +7,17 @@ the host (builder containers have no network), into its own cache folder
 <cache>/<name>-<digest>/include, checked against the digest before it is moved
 in, and read-only from then on. It comes from PyPI (hash-checked pip) where a
 wheel carries exactly the tag's headers, else from the upstream archive of the
-commit. $KERNEL_MATRIX_DEPS_DIR/<name>/include still overrides any pin."""
+commit. $KERNEL_MATRIX_DEPS_DIR/<name>/include still overrides any pin.
+
+Read-only modes stop nothing for the user who owns the folder, so a fetched tree is
+hashed again when a build uses it (once per process while no file of it changes: a
+stamp of every file's inode, size and times, kept in memory) and fetched again where
+it differs from the pin, a line saying so; what metadata.json records is the digest
+of the files compiled, links followed as the compiler follows them."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -95,12 +102,49 @@ def pins() -> dict[str, Pin]:
 def tree_digest(root: Path) -> str:
     """sha256 of a header tree: each regular file's POSIX path under root and the
     sha256 of its bytes, in path order. Modes and times are left out (archives,
-    wheels and installs differ there, the compiler does not)."""
-    files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file())
+    wheels and installs differ there, the compiler does not). Links are followed, as
+    the compiler follows them: a linked folder's files are part of the tree."""
     digest = hashlib.sha256()
-    for relative, path in files:
+    for relative, path in _tree_files(root):
         digest.update(f"{relative}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
+
+
+def _tree_files(root: Path) -> list[tuple[str, Path]]:
+    """(POSIX path under root, path) of each regular file under root, in path order, linked
+    folders followed once each (a link back up would repeat the tree without end)."""
+    found: list[tuple[str, Path]] = []
+    seen = {os.path.realpath(root)}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = {d: os.path.realpath(os.path.join(folder, d)) for d in dirs}
+        dirs[:] = sorted(d for d in dirs if real[d] not in seen)
+        seen.update(real[d] for d in dirs)
+        for name in files:
+            path = Path(folder, name)
+            if path.is_file():  # a link's target; a FIFO or device is nothing the compiler reads
+                found.append((path.relative_to(root).as_posix(), path))
+    return sorted(found)
+
+
+# Trees hashed by this process: include folder -> (stamp, digest). The stamp holds
+# every file's inode, size and change time, which no edit keeps (ctime cannot be set
+# back), so a tree is hashed again only once something in it changed.
+_HASHED: dict[Path, tuple[tuple[tuple[str, int, int, int, int, int], ...], str]] = {}
+
+
+def current_digest(include: Path) -> str:
+    """tree_digest of include as it is now: hashed once per process while nothing changes."""
+    files = _tree_files(include)
+    stamp = tuple(
+        (relative, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        for relative, st in ((relative, path.stat()) for relative, path in files)
+    )
+    known = _HASHED.get(include)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    digest = tree_digest(include)
+    _HASHED[include] = (stamp, digest)
+    return digest
 
 
 def cache_root() -> Path:
@@ -120,23 +164,33 @@ class Resolved:
         return self.folder / "include"
 
     def fingerprint(self) -> str:
-        """The headers' tree digest (a pin's is checked when it is fetched)."""
-        return self.pin.digest if self.pin is not None and self.pin.digest else tree_digest(self.include)
+        """The tree digest of the headers as they are now (computed from the files, never
+        the pin's stated value: a pin's folder may have been edited since it was checked)."""
+        return current_digest(self.include)
 
     def record(self) -> str:
-        """What metadata.json says the variant was built against: the pin, also for an
-        override whose headers are the pin's (the same tree digest), so that a build
-        with them records, and verify compares, what a build from the pin does."""
+        """What metadata.json says the variant was built against: the pin, where the
+        headers' digest is the pin's (also for an override with the pin's headers), so
+        that a build with them records, and verify compares, what a build from the pin
+        does; else the digest of the headers compiled. A pin's folder that no longer
+        holds the pin's headers (changed during the build) is refused."""
         pin = self.pin or pins().get(self.name)
-        if pin is not None and pin.digest and (self.pin is not None or self.fingerprint() == pin.digest):
-            return f"{pin.what}, {pin.repository}@{pin.commit}, headers sha256:{pin.digest}"
-        return f"${DEPS_DIR_ENV}/{self.name} (not pinned), headers sha256:{self.fingerprint()}"
+        digest = self.fingerprint()
+        if pin is not None and pin.digest == digest:
+            return f"{pin.what}, {pin.repository}@{pin.commit}, headers sha256:{digest}"
+        if self.pin is not None:
+            raise ToolchainError(
+                f"{self.name}: the headers in {self.folder} changed during the build (sha256 {digest}, "
+                f"not the pinned {self.pin.digest}): build again"
+            )
+        return f"${DEPS_DIR_ENV}/{self.name} (not pinned), headers sha256:{digest}"
 
 
 def override(name: str) -> Path | None:
-    """$KERNEL_MATRIX_DEPS_DIR/<name>, where it holds an include folder."""
+    """$KERNEL_MATRIX_DEPS_DIR/<name>, where it holds an include folder, links resolved
+    (the folder that is compiled, hashed and mounted)."""
     root = os.environ.get(DEPS_DIR_ENV)
-    return Path(root).resolve() / name if root and (Path(root) / name / "include").is_dir() else None
+    return (Path(root) / name).resolve() if root and (Path(root) / name / "include").is_dir() else None
 
 
 def resolve(name: str, where: str) -> Resolved:
@@ -177,10 +231,14 @@ def container_mounts(names: Iterable[str], where: str) -> tuple[list[tuple[Path,
 
 
 def fetch(pin: Pin, root: Path) -> Path:
-    """root/<name>-<digest>, fetched and checked if not there yet."""
+    """root/<name>-<digest>, fetched and checked if not there yet; there, hashed again
+    (once per process while unchanged) and fetched again where it is not the pin's."""
     final = root / pin.folder_name
     if (final / "include").is_dir():
-        return final
+        got = current_digest(final / "include")
+        if got == pin.digest:
+            return final
+        _discard(pin, final, got)
     try:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{pin.folder_name}.", dir=root) as scratch:
@@ -190,6 +248,33 @@ def fetch(pin: Pin, root: Path) -> Path:
             f"{pin.name}: cannot write {final} ({exc.strerror or exc}); set {DEPS_CACHE_ENV} to a writable folder"
         ) from None
     return final
+
+
+def _discard(pin: Pin, final: Path, got: str) -> None:
+    """Move aside and delete a pin's folder whose headers are not the pin's (one line says
+    so); refused where it cannot be (a read-only mount, another user's folder)."""
+    print(
+        f"{pin.name}: the headers in {final} have sha256 {got}, not the pinned {pin.digest} "
+        "(changed since they were fetched): fetching them again",
+        file=sys.stderr,
+    )
+    aside = final.with_name(f".{final.name}.discarded-{os.getpid()}")
+    try:
+        os.rename(final, aside)
+    except FileNotFoundError:
+        return  # another build discarded it meanwhile
+    except OSError as exc:
+        raise ToolchainError(
+            f"{pin.name}: the headers in {final} have sha256 {got}, not the pinned {pin.digest}, and the folder "
+            f"cannot be replaced ({exc.strerror or exc}): refused; remove it"
+        ) from None
+    for folder, dirs, _ in os.walk(aside):  # read-only folders, as a pin is kept
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(folder, name), 0o755, follow_symlinks=False)
+    with contextlib.suppress(OSError):
+        aside.chmod(0o755)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _fetch_into(pin: Pin, scratch: Path, final: Path) -> None:
