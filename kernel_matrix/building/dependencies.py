@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -129,6 +130,7 @@ def _tree_files(root: Path) -> list[tuple[str, Path]]:
 # Trees hashed by this process: include folder -> (stamp, digest). The stamp holds
 # every file's inode, size and change time, which no edit keeps (ctime cannot be set
 # back), so a tree is hashed again only once something in it changed.
+_RACY_NS = 2_000_000_000
 _HASHED: dict[Path, tuple[tuple[tuple[str, int, int, int, int, int], ...], str]] = {}
 
 
@@ -143,7 +145,10 @@ def current_digest(include: Path) -> str:
     if known is not None and known[0] == stamp:
         return known[1]
     digest = tree_digest(include)
-    _HASHED[include] = (stamp, digest)
+    # A change within the clock's granularity of the last one may keep every time: such a
+    # tree is hashed again next time (as git treats an index entry as new as the index).
+    if all(entry[5] < time.time_ns() - _RACY_NS for entry in stamp):
+        _HASHED[include] = (stamp, digest)
     return digest
 
 
