@@ -4,7 +4,7 @@
 <root>/<kernel>/<variant>/          a matrix of several kernels: a folder per kernel
 <folder>/logs/<variant>.<kind>      build, container and wheel logs of a variant
 <folder>/.inputs/<variant>.sha256   what a container-built variant was made from
-<root>/.cache/objects/<trust>/<kernel>/  the compiled-object cache: a scope per kernel and trust
+<root>/.cache/objects/<trust>/<kernel>/<recipe>/  the compiled-object cache: a scope per kernel, trust and recipe
 <root>/summary.md                   the last container build's table
 <out>/.cache-new/                   a build container's new object-cache entries, merged by the host
 
@@ -15,6 +15,7 @@ one host: pinned dependencies (deps/) and the locks of builder images being made
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ METADATA = "metadata.json"
 LOGS, CACHE = "logs", ".cache"
 # A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).
 CACHE_WRITES = CACHE + "-new"
+# A cache scope's recipe: a sha256 in hex (one path component, never "..").
+_RECIPE = re.compile(r"[0-9a-f]{64}")
 
 
 def user_cache() -> Path:
@@ -84,9 +87,15 @@ class BuildDir:
         return self.root / "summary.md"
 
 
-def cache_scope(cache_root: Path, kernel: str, *, trusted: bool) -> Path:
-    """One kernel's objects at one trust level. The host alone picks a build's scopes
-    (objcache.ObjectCache.for_kernel): a kernel never reads what another kernel's
-    build wrote, and a trusted build never reads what an untrusted one wrote.
-    kernel: build.toml's name (its schema allows only [-a-z0-9], so one path component)."""
-    return cache_root / ("trusted" if trusted else "untrusted") / kernel
+def cache_scope(cache_root: Path, kernel: str, *, trusted: bool, recipe: str) -> Path:
+    """One kernel's objects at one trust level, made by one build recipe. The host alone
+    picks a build's scopes (objcache.ObjectCache.for_kernel): a kernel never reads what
+    another kernel's build wrote, a trusted build never reads what an untrusted one wrote,
+    and a build never reads what a build of another recipe wrote (building/recipe.py: the
+    host's digest of build.toml and what its flags name; a reverted build.toml never reads
+    what the build of the malicious one wrote).
+    kernel: build.toml's name (its schema allows only [-a-z0-9], so one path component);
+    recipe: recipe.recipe_digest's hex digest."""
+    if not _RECIPE.fullmatch(recipe):
+        raise ValueError(f"not a recipe digest: {recipe!r}")
+    return cache_root / ("trusted" if trusted else "untrusted") / kernel / recipe

@@ -16,7 +16,8 @@ import pytest
 from conftest import ONE_KERNEL_TEST, REPO, kernel_matrix
 
 from kernel_matrix.building.compile import Step, run_steps
-from kernel_matrix.building.objcache import ObjectCache, parse_depfile
+from kernel_matrix.building.objcache import MAX_RECIPES, ObjectCache, parse_depfile
+from kernel_matrix.building.recipe import recipe_digest
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++")
@@ -132,6 +133,10 @@ def _forge(staged: Path, cache: ObjectCache, argv: list[str], output: Path, list
     manifest.write_text(json.dumps([{"inputs": {str(listed): digest}, "object": obj}]))
 
 
+# A recipe digest (recipe.recipe_digest): the scopes below are one recipe's.
+RECIPE = "0" * 64
+
+
 def test_a_forged_entry_reaches_only_the_scope_of_the_kernel_that_wrote_it(tmp_path):
     """Issue 23: a cell's staged entries are merged into its own kernel's scope at its trust
     level; another kernel, and a trusted build of the same kernel, never read them."""
@@ -140,28 +145,66 @@ def test_a_forged_entry_reaches_only_the_scope_of_the_kernel_that_wrote_it(tmp_p
     output = tmp_path / "victim.o"
     argv = [CXX, "-c", str(tmp_path / "src.cpp"), "-o", str(output)]
     root = tmp_path / "cache"
-    evil_pr = ObjectCache.for_kernel(root, "evil", trusted=False)
-    evil = ObjectCache.for_kernel(root, "evil", trusted=True)
+    evil_pr = ObjectCache.for_kernel(root, "evil", trusted=False, recipe=RECIPE)
+    evil = ObjectCache.for_kernel(root, "evil", trusted=True, recipe=RECIPE)
     _forge(tmp_path / "staged", evil, argv, output, tmp_path / "never-changes.h", b"attacker's object")
     assert evil_pr.merge(tmp_path / "staged") == 1
     assert evil.merge(tmp_path / "staged") == 1
     # The forged entry is believed where it was written (the kernel's own code made it) ...
-    assert ObjectCache.for_kernel(root, "evil", trusted=True).fetch(argv, output, [CXX])
+    assert ObjectCache.for_kernel(root, "evil", trusted=True, recipe=RECIPE).fetch(argv, output, [CXX])
     assert output.read_bytes() == b"attacker's object"
     output.unlink()
     # ... and nowhere else: not by another kernel, trusted or not.
     for trusted in (True, False):
-        assert not ObjectCache.for_kernel(root, "victim", trusted=trusted).fetch(argv, output, [CXX])
+        assert not ObjectCache.for_kernel(root, "victim", trusted=trusted, recipe=RECIPE).fetch(argv, output, [CXX])
     assert not output.exists()
     # A pull request's entries of a kernel never reach that kernel's trusted builds;
     # a pull request's build reads the trusted scope, and writes only its own.
     shutil.rmtree(root / "trusted")
-    assert not ObjectCache.for_kernel(root, "evil", trusted=True).fetch(argv, output, [CXX])
-    trusted_victim = ObjectCache.for_kernel(root, "victim", trusted=True)
+    assert not ObjectCache.for_kernel(root, "evil", trusted=True, recipe=RECIPE).fetch(argv, output, [CXX])
+    trusted_victim = ObjectCache.for_kernel(root, "victim", trusted=True, recipe=RECIPE)
     assert _compile(tmp_path, trusted_victim, "trusted") is False
-    pr_victim = ObjectCache.for_kernel(root, "victim", trusted=False)
+    pr_victim = ObjectCache.for_kernel(root, "victim", trusted=False, recipe=RECIPE)
     assert _compile(tmp_path, pr_victim, "from-pr") is True
     assert not (root / "untrusted" / "victim").exists()
+    # Another recipe of the same kernel and trust level reads none of them.
+    assert _compile(tmp_path, ObjectCache.for_kernel(root, "victim", trusted=True, recipe="1" * 64), "other") is False
+
+
+def test_a_scope_keeps_its_kernels_most_recently_used_recipes_only(tmp_path):
+    """Each recipe has a scope; a build prunes its kernel's others beyond MAX_RECIPES (a recipe
+    no longer built is never read again), least recently used first, and an older layout's
+    folders; other kernels' and trust levels' scopes are left alone."""
+    (tmp_path / "src.cpp").write_text("int value() { return 3; }\n")
+    root = tmp_path / "cache"
+    recipes = [f"{n:064x}" for n in range(MAX_RECIPES + 2)]
+    for n, recipe in enumerate(recipes):
+        _compile(tmp_path, ObjectCache.for_kernel(root, "k", trusted=True, recipe=recipe), f"r{n}")
+        os.utime(root / "trusted" / "k" / recipe, (n, n))  # used in this order
+    (root / "trusted" / "k" / "objects").mkdir()  # the layout before recipes
+    _compile(tmp_path, ObjectCache.for_kernel(root, "other", trusted=True, recipe=recipes[0]), "other")
+    (root / "untrusted" / "k" / recipes[0]).mkdir(parents=True)
+    cache = ObjectCache.for_kernel(root, "k", trusted=True, recipe=recipes[1])  # an old one, built again
+    assert cache.prune(max_bytes=10**9) > 0
+    kept = sorted(p.name for p in (root / "trusted" / "k").iterdir())
+    assert kept == sorted([recipes[1], *recipes[-(MAX_RECIPES - 1) :]])
+    assert (root / "trusted" / "other" / recipes[0]).is_dir() and (root / "untrusted" / "k" / recipes[0]).is_dir()
+    # A cache made by hand (no kernel's folder of recipes) prunes only itself.
+    (tmp_path / "beside").mkdir()
+    ObjectCache(root / "trusted" / "k" / recipes[1]).prune(max_bytes=0)
+    assert (tmp_path / "beside").is_dir() and len(list((root / "trusted" / "k").iterdir())) == MAX_RECIPES
+
+
+def test_a_planted_object_is_replaced_by_the_merge_of_a_sound_one(tmp_path):
+    """An object file whose bytes are not its name's (planted in the scope) is refused when
+    used, and the next build's sound object of that name replaces it."""
+    good = b"good object"
+    name = hashlib.sha256(good).hexdigest()
+    scope = ObjectCache(tmp_path / "scope")
+    ObjectCache._write(scope.root / "objects" / name, b"planted")
+    ObjectCache._write(tmp_path / "staged" / "objects" / name, good)
+    scope.merge(tmp_path / "staged")
+    assert (scope.root / "objects" / name).read_bytes() == good
 
 
 def test_new_entries_go_first_and_the_oldest_are_evicted(tmp_path):
@@ -206,7 +249,7 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
         return json.loads(record.read_text()), objects
 
     first, _ = build("first")
-    scope = object_cache / "trusted" / "img2gray" / "manifests"
+    scope = object_cache / "trusted" / "img2gray" / recipe_digest(KERNEL_DIR) / "manifests"
     assert all((scope / e["key"][:2] / f"{e['key']}.json").is_file() for e in first)  # the keys the cache uses
     again, objects = build("again")
     assert [e["key"] for e in again] == [e["key"] for e in first] and "0 compiled" in objects

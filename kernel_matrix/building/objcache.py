@@ -14,13 +14,20 @@ compiles once per CUDA version and is reused by every torch version's build; a
 binding compiled against torch's headers misses when those headers differ.
 
 What an entry claims (its key and listed inputs) is written by the build that
-made it, and a container build is the kernel's own code: the cache cannot check
-the claim without compiling again. So the claim is only ever believed by the
-build that could have made it: caches are scoped (layout.cache_scope) by kernel
-and trust, the host picks the scopes a build reads and the one its new entries
-are merged into, and a pull request's build never writes where a trusted build
-reads. Within a scope, newer entries go first and the oldest are dropped
-(MAX_ENTRIES per command line, `prune` for the scope's size)."""
+made it, and a container build runs what the kernel's build.toml asks for (a
+-wrapper runs any program): the cache cannot check the claim without compiling
+again. So the claim is only ever believed by builds that could have made it:
+caches are scoped (layout.cache_scope) by kernel, trust and recipe (the host's
+digest of build.toml and the files its flags name, building/recipe.py), the host
+picks the scopes a build reads and the one its new entries are merged into, and a
+pull request's build never writes where a trusted build reads. Within one recipe
+that runs only the compiler, an entry's inputs are the compiler's own list.
+
+What an entry names is checked when it is used, by what the reader computes: the
+object's name is a plain sha256 and its bytes hash to it, else the entry is
+refused (`refusals` says how many, and why) and the file compiled. Within a
+scope, newer entries go first and the oldest are dropped (MAX_ENTRIES per command
+line, `prune` for the scope's size, MAX_RECIPES scopes per kernel and trust)."""
 
 from __future__ import annotations
 
@@ -30,8 +37,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
+import threading
+from collections import Counter
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -53,11 +63,20 @@ COMPILER_ENVIRONMENT = (
 MAX_SCOPE_BYTES = 8 * 1024**3
 # Objects kept per command line: one per torch version and CUDA toolchain in use, with room.
 MAX_ENTRIES = 16
+# Recipe scopes kept per kernel and trust level after a build: the one it used and the
+# most recently used others (a branch built beside another recipe's).
+MAX_RECIPES = 3
 # A make rule's prerequisites are separated by unescaped whitespace.
 _DEP_SPLIT = re.compile(r"(?<!\\)\s+")
 
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+# Why fetch refused an entry whose inputs matched: (one, several).
+_REFUSED = {
+    "misnamed": ("entry whose object is not named by a sha256", "entries whose object is not named by a sha256"),
+    "mismatch": ("object whose bytes do not match its name", "objects whose bytes do not match their names"),
+    "special": ("object that is not a plain file", "objects that are not plain files"),
+}
 
 
 class ObjectCache:
@@ -73,27 +92,86 @@ class ObjectCache:
         self.reads = (root, *also_reads)
         self.writes = writes or root
         self._hashes: dict[Path, tuple[int, int, str]] = {}
+        # Entries whose inputs matched but which were not used: (reason, another entry
+        # hit) -> how many; fetch runs in the compiles' threads.
+        self.refused: Counter[tuple[str, bool]] = Counter()
+        self._lock = threading.Lock()
+        # The folder holding this scope and its kernel's other recipes' (for_kernel's only).
+        self._recipes: Path | None = None
 
     @staticmethod
-    def for_kernel(cache_root: Path, kernel: str, *, trusted: bool, writes: Path | None = None) -> ObjectCache:
-        """The cache a build of `kernel` uses: its own scope at its trust level, and for an
-        untrusted build (a pull request's) the kernel's trusted scope too, read only."""
-        also = () if trusted else (cache_scope(cache_root, kernel, trusted=True),)
-        return ObjectCache(cache_scope(cache_root, kernel, trusted=trusted), also_reads=also, writes=writes)
+    def for_kernel(
+        cache_root: Path, kernel: str, *, trusted: bool, recipe: str, writes: Path | None = None
+    ) -> ObjectCache:
+        """The cache a build of `kernel` with `recipe` (recipe.recipe_digest of its folder,
+        computed by the host) uses: its own scope at its trust level, and for an untrusted
+        build (a pull request's) the kernel's trusted scope of the same recipe, read only."""
+        also = () if trusted else (cache_scope(cache_root, kernel, trusted=True, recipe=recipe),)
+        own = cache_scope(cache_root, kernel, trusted=trusted, recipe=recipe)
+        cache = ObjectCache(own, also_reads=also, writes=writes)
+        cache._recipes = own.parent
+        return cache
 
     def fetch(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> bool:
         """Copy the cached object for this compile to output; False on a miss.
-        env: the compile's environment (default: this process's)."""
+        env: the compile's environment (default: this process's). An entry whose inputs
+        match is used only if its object is named by a plain sha256 and its bytes hash to
+        that name: else it is refused (counted for `refusals`) and the next one tried."""
         key = self._key(argv, output, compilers, env)
+        refused: list[str] = []
+        hit = False
         for root in self.reads:
             for entry in self._entries(key, root):
-                try:
-                    if all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items()):
-                        shutil.copyfile(root / "objects" / entry["object"], output)
-                        return True
-                except (OSError, KeyError, TypeError, AttributeError):
-                    continue  # an input or the object vanished: try the next entry
-        return False
+                if self._inputs_match(entry) and (data := self._checked_object(root, entry, refused)) is not None:
+                    try:
+                        output.write_bytes(data)  # the bytes just checked, not the file read again
+                    except OSError:
+                        break
+                    hit = True
+                    break
+            if hit:
+                break
+        with self._lock:
+            self.refused.update((reason, hit) for reason in refused)
+        return hit
+
+    def refusals(self) -> list[str]:
+        """One line per reason entries were refused in this build, e.g. "cache: refused 1
+        object whose bytes do not match its name; compiled"; [] where none was."""
+        lines = []
+        order = list(_REFUSED)
+        for (reason, hit), count in sorted(self.refused.items(), key=lambda i: (order.index(i[0][0]), i[0][1])):
+            singular, plural = _REFUSED[reason]
+            outcome = "another entry's object used" if hit else "compiled"
+            lines.append(f"cache: refused {count} {singular if count == 1 else plural}; {outcome}")
+        return lines
+
+    def _inputs_match(self, entry: dict[str, Any]) -> bool:
+        """Every file the entry lists has the hash it lists (a well-formed entry only)."""
+        if not _inputs_sound(entry):
+            return False
+        try:
+            return all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items())
+        except OSError:
+            return False  # an input vanished, or is no plain file
+
+    @staticmethod
+    def _checked_object(root: Path, entry: dict[str, Any], refused: list[str]) -> bytes | None:
+        """The entry's object's bytes, where its name is a sha256 and they hash to it; else
+        None, and why it is refused is added to refused (a vanished object is a miss)."""
+        if not _object_named(entry):
+            refused.append("misnamed")
+            return None
+        try:
+            data = read_object(root / "objects", entry["object"])
+        except FileNotFoundError:
+            return None  # pruned meanwhile
+        except OSError:
+            refused.append("special")
+            return None
+        if data is None:
+            refused.append("mismatch")
+        return data
 
     def store(
         self,
@@ -131,14 +209,15 @@ class ObjectCache:
         """Take a container build's new entries from staged (checked by
         container_output.check_tree: plain files only) into this cache's scope,
         the one the host chose for that build; returns how many entries were
-        added. An object must hash to its name and is never overwritten; an
-        entry must be well-formed and name such an object. New entries go first,
-        replacing one with the same inputs; the oldest beyond MAX_ENTRIES go."""
+        added. An object must hash to its name, and replaces only a file there that
+        does not (a planted one); an entry must be well-formed and name such an
+        object. New entries go first, replacing one with the same inputs; the
+        oldest beyond MAX_ENTRIES go."""
         for path in sorted((staged / "objects").glob("*")):
             target = self.root / "objects" / path.name
             try:
-                data = path.read_bytes()
-                if _SHA256.match(path.name) and hashlib.sha256(data).hexdigest() == path.name and not target.exists():
+                data = read_object(path.parent, path.name)
+                if data is not None and not _holds(target.parent, target.name):
                     self._write(target, data)
             except OSError:
                 continue
@@ -181,25 +260,36 @@ class ObjectCache:
             if path.name not in kept:
                 freed += _size(path)
                 path.unlink(missing_ok=True)
+        return freed + self._prune_recipes()
+
+    def _prune_recipes(self) -> int:
+        """Keep this scope and the MAX_RECIPES - 1 most recently used other recipes' scopes
+        of its kernel and trust level (a recipe no longer built is never read again); what
+        else is there (an older layout's objects/ and manifests/) goes too. Returns the
+        bytes freed."""
+        if self._recipes is None or not self.root.is_dir():
+            return 0
+        with contextlib.suppress(OSError):
+            os.utime(self.root)  # used now: the newest
+        others = [p for p in self._recipes.iterdir() if p.name != self.root.name]
+        recipes = sorted((p for p in others if _SHA256.match(p.name) and p.is_dir()), key=_mtime, reverse=True)
+        freed = 0
+        for path in [p for p in others if p not in recipes] + recipes[MAX_RECIPES - 1 :]:
+            freed += sum(_size(f) for f in path.rglob("*")) if path.is_dir() and not path.is_symlink() else 0
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         return freed
 
     def _sound(self, entry: dict[str, Any]) -> bool:
-        inputs, obj = entry.get("inputs"), entry.get("object")
-        return (
-            isinstance(inputs, dict)
-            and bool(inputs)
-            and all(
-                isinstance(p, str) and p.startswith("/") and isinstance(d, str) and _SHA256.match(d)
-                for p, d in inputs.items()
-            )
-            and isinstance(obj, str)
-            and _SHA256.match(obj) is not None
-            and (self.root / "objects" / obj).is_file()
-        )
+        """A well-formed entry naming an object of this scope (merge's check; fetch checks
+        the same and the object's bytes, at the moment of use)."""
+        return _inputs_sound(entry) and _object_named(entry) and (self.root / "objects" / entry["object"]).is_file()
 
     def _entries(self, key: str, root: Path | None = None) -> list[dict[str, Any]]:
         try:
-            entries = json.loads(self._manifest_path(key, root or self.root).read_text())
+            entries = json.loads(_read_plain(self._manifest_path(key, root or self.root)))
         except (OSError, ValueError):
             return []
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
@@ -211,12 +301,13 @@ class ObjectCache:
         return (root or self.root) / "manifests" / key[:2] / f"{key}.json"
 
     def _hash(self, path: Path) -> str:
-        stat = path.stat()
+        stat_result = path.stat()
         known = self._hashes.get(path)
-        if known and known[:2] == (stat.st_mtime_ns, stat.st_size):
+        if known and known[:2] == (stat_result.st_mtime_ns, stat_result.st_size):
             return known[2]
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        self._hashes[path] = (stat.st_mtime_ns, stat.st_size, digest)
+        # A listed input is the cache's word: followed where a link, never waited on.
+        digest = hashlib.sha256(_read_plain(path, follow=True)).hexdigest()
+        self._hashes[path] = (stat_result.st_mtime_ns, stat_result.st_size, digest)
         return digest
 
     @staticmethod
@@ -268,6 +359,54 @@ def write_key_record(
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def _inputs_sound(entry: dict[str, Any]) -> bool:
+    """An entry's inputs: absolute paths, each with a sha256."""
+    inputs = entry.get("inputs")
+    return (
+        isinstance(inputs, dict)
+        and bool(inputs)
+        and all(
+            isinstance(p, str) and p.startswith("/") and isinstance(d, str) and _SHA256.match(d)
+            for p, d in inputs.items()
+        )
+    )
+
+
+def _object_named(entry: dict[str, Any]) -> bool:
+    """An entry's object is a plain sha256: one name in the scope's objects/, never a path."""
+    obj = entry.get("object")
+    return isinstance(obj, str) and _SHA256.match(obj) is not None
+
+
+def read_object(objects: Path, name: str) -> bytes | None:
+    """The bytes of objects/name where name is a sha256 and they hash to it; None where
+    they do not. OSError where it is not a plain file or cannot be read."""
+    if not _SHA256.match(name):
+        return None
+    data = _read_plain(objects / name)
+    return data if hashlib.sha256(data).hexdigest() == name else None
+
+
+def _read_plain(path: Path, *, follow: bool = False) -> bytes:
+    """A plain file's bytes: a link is not followed (unless follow), a FIFO or device is
+    refused rather than waited on (OSError). What the cache holds may have been put there
+    by anyone who can write its folder."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a plain file")
+        return f.read()
+
+
+def _holds(objects: Path, name: str) -> bool:
+    """Whether objects/name is there and hashes to its name."""
+    try:
+        return read_object(objects, name) is not None
+    except OSError:
+        return False
 
 
 def _mtime(path: Path) -> float:

@@ -114,6 +114,7 @@ def build(
         _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout)
         return
     from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
+    from kernel_matrix.building.recipe import recipe_digest
     from kernel_matrix.config.github_event import GithubEvent
 
     trusted = GithubEvent.from_environment().trusted
@@ -121,7 +122,9 @@ def build(
     def build_one(chosen: Kernel, subfolder: str | None) -> None:
         where = BuildDir(build_dir, subfolder)
         cache_root = cache_dir or BuildDir(build_dir).cache
-        cache = None if no_cache else ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted)
+        cache = None
+        if not no_cache:  # the scope of the recipe the host hashes from the kernel's files
+            cache = ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted, recipe=recipe_digest(chosen.dir))
         build_native(chosen, where, python, backend, jobs, capabilities, cache, load=not no_load_check)
         if cache is not None:
             with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
@@ -259,6 +262,8 @@ def build_native(
         check = load_staged if loads else None
         result = build_variant(plan, where.path, on_step=report, jobs=jobs, cache=cache, progress=progress, check=check)
     seconds = time.monotonic() - started
+    for line in cache.refusals() if cache is not None else []:  # why the cache was not used
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
     rows = [
         ("variant", plan.variant.name),

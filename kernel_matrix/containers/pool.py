@@ -19,6 +19,7 @@ import docker
 from kernel_matrix.building.compile import caller_source_date_epoch
 from kernel_matrix.building.native_build import declared_dependencies
 from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
+from kernel_matrix.building.recipe import recipe_digest
 from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
 from kernel_matrix.containers import images
 from kernel_matrix.containers.cell import RUN_LABEL, build_cell
@@ -80,7 +81,8 @@ def build_cells(
     config = config or load_build_toml(kernel_dir)
     cache = None
     if cache_dir is not None:
-        cache = ObjectCache.for_kernel(cache_dir, config.general.name, trusted=trusted)
+        recipe = recipe_digest(kernel_dir)  # the host's, from the files: never what a build wrote
+        cache = ObjectCache.for_kernel(cache_dir, config.general.name, trusted=trusted, recipe=recipe)
     pip = images.PipSetup.from_host()
     started = {cell.name: time.monotonic() for cell in cells}
     results: dict[str, CellResult] = {}
