@@ -62,6 +62,7 @@ from kernel_matrix.config.buildtoml import (
     load_build_toml,
 )
 from kernel_matrix.errors import BuildError, ConfigError, ToolchainError
+from kernel_matrix.hostfiles import write_file
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.capabilities import (
     capability_order,
@@ -778,8 +779,7 @@ def build_variant(
             if not exc.log:
                 raise
             log_path = BuildDir(out_dir.resolve()).log(plan.variant.name, "log")
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_path.write_text(exc.log)
+            write_file(log_path, exc.log)
             raise BuildError(f"{exc} (full log: {log_path})") from None
         shutil.rmtree(work)
         check_shared_libstdcxx(so_path, plan.cxx)
@@ -841,8 +841,7 @@ def check_shared_libstdcxx(library: Path, cxx: str) -> None:
 def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:
     """logs/<variant>.build.json: what a container build reports in its summary."""
     stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stats) + "\n")
+    write_file(path, json.dumps(stats) + "\n")
 
 
 def _backend_general(config: BuildConfig, backend: str) -> CudaGeneral | BackendDepends | TpuGeneral | None:

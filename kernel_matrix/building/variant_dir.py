@@ -31,6 +31,7 @@ from typing import Any
 from kernel_matrix import __version__
 from kernel_matrix.building.provenance import GitState, builder_git_state
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.hostfiles import write_file
 from kernel_matrix.layout import METADATA
 
 # What the digest leaves out, as the kernels loader does.
@@ -91,7 +92,7 @@ def write_python_package(
         target = variant_dir / source.relative_to(package_src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (variant_dir / "_ops.py").write_text(render_template(ops_template, module=module))
+    write_file(variant_dir / "_ops.py", render_template(ops_template, module=module))
 
 
 def variant_files(variant_dir: Path) -> list[Path]:
@@ -155,7 +156,7 @@ def write_metadata(
             **({"toolchain": toolchain} if toolchain else {}),
         },
     }
-    (variant_dir / METADATA).write_text(json.dumps(metadata, indent=2, sort_keys=False) + "\n")
+    write_file(variant_dir / METADATA, json.dumps(metadata, indent=2, sort_keys=False) + "\n")
     return metadata
 
 

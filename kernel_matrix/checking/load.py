@@ -27,6 +27,8 @@ import tempfile
 from pathlib import Path
 
 from kernel_matrix.errors import BuildError
+from kernel_matrix.hostfiles import write_file
+from kernel_matrix.inert import printable
 from kernel_matrix.layout import METADATA
 
 LOAD_SECONDS = 300
@@ -120,10 +122,9 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
         said = _head(verdict, MESSAGE_CHARS)
         failed = code is None or not (said == "ok" or said.startswith("skip: "))
         if failed and log is not None:  # what the import printed: its last MiB
-            log.parent.mkdir(parents=True, exist_ok=True)
             with output.open("rb") as printed:
                 printed.seek(max(0, output.stat().st_size - LOG_BYTES))
-                log.write_bytes(printed.read(LOG_BYTES))
+                write_file(log, printed.read(LOG_BYTES))
     where = f" (full output: {log})" if log is not None else ""
     if code is None:
         raise BuildError(f"{name}: loading it with kernels.get_local_kernel took over {LOAD_SECONDS} s{where}")
@@ -145,8 +146,3 @@ def _head(path: Path, chars: int) -> str:
             return stream.read(chars * 4).decode(errors="replace")[:chars]
     except OSError:
         return ""
-
-
-def printable(text: str) -> str:
-    """text with control characters (a terminal's escape sequences) shown escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -293,8 +293,10 @@ def _build_in_containers(
 ) -> None:
     from kernel_matrix.building.progress import live_progress
     from kernel_matrix.containers.container_build import build_selection
+    from kernel_matrix.hostfiles import check_build_dir
 
     make_build_dir(build_dir)
+    check_build_dir(build_dir)  # before anything runs: no link, FIFO or device the host would write through
     results = build_selection(
         resolved,
         BuildDir(build_dir),
@@ -321,11 +323,14 @@ def _build_in_containers(
 def _write_summary(build_dir: BuildDir, results: list[CellResult]) -> None:
     """The results' table, for CI: <build-dir>/summary.md (each cell's job uploads it) and,
     in a GitHub Actions step, the job's summary page."""
+    from kernel_matrix.hostfiles import append_log, write_file
+
     summary = render.summary_markdown(results) + "\n"
-    build_dir.summary.write_text(summary)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
-            f.write(summary)
+    write_file(build_dir.summary, summary)
+    if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+        # The runner's file, outside the build folder: its folder resolved (it may be reached
+        # through a link), the file itself still appended to only where it is a plain file.
+        append_log(Path(os.path.realpath(Path(step_summary).parent)) / Path(step_summary).name, summary)
 
 
 def wheels(

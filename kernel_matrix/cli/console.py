@@ -4,28 +4,55 @@ stdout), and the loop that runs one action per kernel, reporting each failure.""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.text import Text
 
 from kernel_matrix.errors import BuildError, KernelMatrixError
+from kernel_matrix.inert import printable_lines
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
+
+
+class InertConsole(Console):
+    """A console on which text is only text, whoever wrote it (a compiler's line in a failure,
+    a container's output, a kernel's test): every control character (ESC, BEL, CR, C1 codes,
+    bidi overrides) prints escaped, as \\x1b, and newlines still end lines. Strings are escaped
+    before rich lays them out (rich would drop BEL and CR unseen); anything else rendered
+    is escaped as it is written out. Only rich's own control segments (a live status's cursor
+    moves) and styles reach the terminal as such."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable_lines(text), **options)
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control or segment.text.isprintable():
+                yield segment
+            else:
+                yield Segment(printable_lines(segment.text), segment.style)
+
 
 # CI logs are wider than rich's 80-column default for non-terminals. Markup is off:
 # messages carry user text (names, paths, build.toml values such as `[general.hub]`),
 # which must print literally; styles come from `styled`, never from the text.
 # (A closed stream is None: `kernel-matrix matrix >&-` writes nothing there, and runs.)
-console = Console(stderr=True, width=None if sys.stderr and sys.stderr.isatty() else 160, markup=False, highlight=False)
-stdout = Console(width=None if sys.stdout and sys.stdout.isatty() else 240, markup=False, highlight=False)
+console = InertConsole(
+    stderr=True, width=None if sys.stderr and sys.stderr.isatty() else 160, markup=False, highlight=False
+)
+stdout = InertConsole(width=None if sys.stdout and sys.stdout.isatty() else 240, markup=False, highlight=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
-    """A line from plain strings and (text, style) pairs; no string is parsed as markup."""
-    return Text.assemble(*parts)
+    """A line from plain strings and (text, style) pairs; no string is parsed as markup,
+    and control characters in them show escaped (InertConsole)."""
+    return Text.assemble(
+        *(printable_lines(part) if isinstance(part, str) else (printable_lines(part[0]), part[1]) for part in parts)
+    )
 
 
 def error(line: str) -> None:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from kernel_matrix.inert import markdown_cell
+
 if TYPE_CHECKING:
     from kernel_matrix.checking.abi import AbiReport
     from kernel_matrix.containers.pool import CellResult
@@ -73,8 +75,9 @@ def summary_rows(results: Sequence[CellResult]) -> list[tuple[str, ...]]:
 
 
 def summary_markdown(results: Sequence[CellResult]) -> str:
-    """The results as a Markdown table (for build/summary.md and the GitHub job summary)."""
-    rows = ["| " + " | ".join(row) + " |" for row in summary_rows(results)]
+    """The results as a Markdown table (for build/summary.md and the GitHub job summary); each
+    cell shows its text literally (a failure line holds a compiler's or a container's words)."""
+    rows = ["| " + " | ".join(map(markdown_cell, row)) + " |" for row in summary_rows(results)]
     header = "| " + " | ".join(SUMMARY_COLUMNS) + " |"
     return "\n".join([header, "|" + "---|" * len(SUMMARY_COLUMNS), *rows])
 

@@ -34,6 +34,7 @@ from kernel_matrix.containers.build_request import BuildRequest
 from kernel_matrix.containers.container_output import check_tree, copy_regular
 from kernel_matrix.containers.engine import Limits, Mount, build_user, container
 from kernel_matrix.errors import BuildError, EngineError
+from kernel_matrix.hostfiles import real_dir, write_file
 from kernel_matrix.layout import BuildDir, is_built
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.variants import host_arch
@@ -86,7 +87,7 @@ def build_cell(
     # container sees none of the caller's environment), or the one a rebuild must repeat.
     env[SOURCE_DATE_EPOCH] = source_date_epoch or caller_source_date_epoch()
     where = BuildDir(build_dir)
-    where.logs.mkdir(parents=True, exist_ok=True)
+    real_dir(where.logs)
     # The container writes into a folder of its own: what it made is checked
     # before it may replace anything in build_dir.
     with (
@@ -136,7 +137,8 @@ def build_cell(
             result = box.run(argv, timeout=timeout)
         inside = f"{CONTAINER_OUT}/"  # its paths in messages, shown as the host's
         log_path = where.log(cell.name, "container.log")
-        log_path.write_text(f"$ {' '.join(argv)}\n{result.output.replace(inside, f'{build_dir}/')}")
+        # Renamed over its name: a link or FIFO the build folder holds there is replaced, not opened.
+        write_file(log_path, f"$ {' '.join(argv)}\n{result.output.replace(inside, f'{build_dir}/')}")
         # The container is gone: check what it left before reading any of it.
         check_tree(Path(private), owner=(os.getuid(), os.getgid()))
         # This cell's compile logs and build statistics: never another cell's files.

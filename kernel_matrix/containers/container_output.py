@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 from kernel_matrix.errors import BuildError
+from kernel_matrix.hostfiles import atomic_writer
 
 _KINDS = {
     stat.S_IFLNK: "a symbolic link",
@@ -59,12 +60,13 @@ def check_tree(root: Path, *, owner: tuple[int, int] | None = None) -> None:
 
 def copy_regular(source: Path, target: Path) -> None:
     """Copy a regular file without following a link at source (O_NOFOLLOW), even
-    if the tree changed after it was checked."""
+    if the tree changed after it was checked, into a new file renamed over target
+    (hostfiles: a link or FIFO the build folder holds at target is replaced, not written through)."""
     fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as src:
         if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
             raise UnsafeOutputError(f"{source}: not a regular file: refused")
-        with open(target, "wb") as dst:
+        with atomic_writer(target) as dst:
             shutil.copyfileobj(src, dst)
 
 

@@ -26,6 +26,7 @@ from kernel_matrix.containers.cell import RUN_LABEL, build_cell
 from kernel_matrix.containers.engine import Limits
 from kernel_matrix.containers.inputs import input_hash
 from kernel_matrix.errors import ExitCode, KernelMatrixError
+from kernel_matrix.hostfiles import append_log, check_build_dir, write_file
 from kernel_matrix.layout import BuildDir, is_built
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.resources import CELL_TIMEOUT_S, memory_per_build, plan_parallelism
@@ -77,6 +78,8 @@ def build_cells(
     cache_dir: the object cache's root (None: no cache); the cells read and fill the
     kernel's scope at their trust level (`trusted`: not a pull request's build), which
     the host alone picks (ObjectCache.for_kernel)."""
+    # Before anything runs: a build folder holding a link, FIFO or device is refused (hostfiles).
+    check_build_dir(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     config = config or load_build_toml(kernel_dir)
     cache = None
@@ -143,14 +146,12 @@ def build_cells(
                 dependencies=dependencies or (),
                 source_date_epoch=source_date_epoch,
             )
+            write_file(BuildDir(build_dir).inputs_record(cell.name), inputs)
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
             if not isinstance(exc, (KernelMatrixError, docker.errors.DockerException)):
                 _log_unexpected(build_dir, cell, exc)
             return failed(cell, exc, image)
-        record = BuildDir(build_dir).inputs_record(cell.name)
-        record.parent.mkdir(exist_ok=True)
-        record.write_text(inputs)
         on_status(cell, "built")
         total = stats.get("compiled", 0) + stats.get("cached", 0)
         objects = f"{stats.get('cached', 0)} of {total}" if total else "-"
@@ -180,10 +181,8 @@ def build_cells(
 
 def _log_unexpected(build_dir: Path, cell: Cell, exc: Exception) -> None:
     """A failure kernel-matrix did not foresee: its traceback goes to the cell's log, not the screen."""
-    log = BuildDir(build_dir).log(cell.name, "container.log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:
-        f.write("".join(traceback.format_exception(exc)))
+    with contextlib.suppress(KernelMatrixError):  # a log the build folder refuses: the cell has failed anyway
+        append_log(BuildDir(build_dir).log(cell.name, "container.log"), "".join(traceback.format_exception(exc)))
 
 
 def _so_bytes(variant_dir: Path) -> int | None:

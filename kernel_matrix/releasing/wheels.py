@@ -31,6 +31,7 @@ from kernel_matrix.containers.container_output import check_tree
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.images import PipSetup, builder_for
 from kernel_matrix.errors import AbiError, BuildError, KernelMatrixError, ToolchainError
+from kernel_matrix.hostfiles import append_log, check_build_dir, write_file
 from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.selection import KernelCells
@@ -167,8 +168,7 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
         argv = [sys.executable, "-m", "cibuildwheel", "--output-dir", str(made), str(project)]
         # cibuildwheel copies the current directory into the container: the project.
         result = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, check=False)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}")
+        write_file(log_path, f"$ {' '.join(argv)}\n{result.stdout}{result.stderr}")
         if made.exists():  # copied out of cibuildwheel's container: plain files only
             check_tree(made)
         wheels = sorted(made.glob("*.whl"))
@@ -180,8 +180,7 @@ def build_wheel(cell: Cell, variant_dir: Path, image: str, spec: WheelSpec, out_
         audit = subprocess.run(
             [sys.executable, "-m", "abi3audit", "--strict", str(wheels[0])], capture_output=True, text=True, check=False
         )
-        with log_path.open("a") as log:
-            log.write(f"$ abi3audit --strict {wheels[0].name}\n{audit.stdout}{audit.stderr}")
+        append_log(log_path, f"$ abi3audit --strict {wheels[0].name}\n{audit.stdout}{audit.stderr}")
         if audit.returncode != 0:
             last = next((ln for ln in reversed((audit.stdout + audit.stderr).splitlines()) if ln.strip()), "")
             raise AbiError(f"{cell.name}: abi3audit rejects {wheels[0].name}: {last.strip()} (log: {log_path})")
@@ -205,6 +204,9 @@ def build_wheels(
     work: list[KernelCells], *, image_kind: str, out_dir: Path, log: Callable[[str], None] = print
 ) -> list[WheelResult]:
     """A wheel per cell, in the cell's builder image; one cell's failure never stops the others."""
+    # Before anything runs: no link, FIFO or device where the logs and wheels go (hostfiles).
+    for folder in sorted({item.build_dir.root for item in work}) + [out_dir]:
+        check_build_dir(folder)
     client, pip = connect(), PipSetup.from_host()
     results = []
     for item in work:
