@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO
 
 try:
@@ -115,6 +116,58 @@ def test_zizmor_finds_nothing():
     assert "No findings" in result.stdout + result.stderr
 
 
+# What a kernel's caller passes as `kernel-matrix` (init writes it): the commit its `uses:` pins.
+PINNED_INSTALL = "git+https://github.com/kernel-matrix/kernel-matrix@" + "0123456789abcdef" * 2 + "01234567"
+# The callers' triggers: a tag release, as init writes them (build.yml is kernel-matrix's own caller).
+PUSH_TRIGGERS = 'on:\n  push:\n    branches: [main]\n    tags: ["v*"]\n'
+
+
+def inlined(caller_on: str) -> str:
+    """reusable-build.yml as GitHub runs it for a caller: `on: workflow_call` replaced by the caller's
+    triggers, and the inputs the caller passes as constants (matrix-file, kernel-matrix) written in. The
+    inputs a manual run gives (profile, only, dry-run, publish) stay, as the caller's own dispatch inputs."""
+    text = (REPO / ".github" / "workflows" / "reusable-build.yml").read_text()
+    text, count = re.subn(r"^on:\n  workflow_call:\n(?:    .*\n|\n)*?(?=\S)", caller_on + "\n", text, flags=re.M)
+    assert count == 1, "no `on: workflow_call` block to replace"
+    text = text.replace("${{ inputs.matrix-file }}", "build_matrix.yaml")
+    text = text.replace("${{ inputs.kernel-matrix }}", PINNED_INSTALL)
+    assert "workflow_call" not in text and "inputs.matrix-file" not in text and "inputs.kernel-matrix" not in text
+    return text
+
+
+def caller_triggers() -> str:
+    """build.yml's `on:` block, as it stands (init's caller has the same triggers)."""
+    caller = (REPO / ".github" / "workflows" / "build.yml").read_text()
+    (block,) = re.findall(r"^on:\n(?:  .*\n|\n)*", caller, flags=re.M)
+    return block.rstrip() + "\n"
+
+
+@pytest.mark.parametrize("triggers", ["push and tags", "the caller's"])
+def test_zizmor_finds_nothing_in_the_build_workflow_with_the_callers_triggers(tmp_path, triggers):
+    """zizmor audits a reusable workflow without knowing what calls it: with the triggers of a caller inlined, it
+    judges the workflow a tag run executes. A tag build that restored the cross-run object cache (written by any
+    run on the default branch) was error[cache-poisoning]."""
+    workflow = tmp_path / "kernel-matrix.yml"
+    workflow.write_text(inlined(PUSH_TRIGGERS if triggers == "push and tags" else caller_triggers()))
+    loaded = yaml.safe_load(workflow.read_text())
+    assert "tags" in loaded[True]["push"] and "workflow_call" not in loaded[True]
+    result = zizmor(workflow)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No findings" in result.stdout + result.stderr
+
+
+def test_zizmor_catches_cache_poisoning_with_the_callers_triggers(tmp_path):
+    """The gate above can fail: the object cache as it was (one actions/cache step, restored for every run)."""
+    text = inlined(PUSH_TRIGGERS)
+    restore = re.search(r"      - id: objects\n        if: .*\n        uses: actions/cache/restore@(\w+)", text)
+    assert restore, "the build job's cache restore step"
+    text = text.replace(restore.group(0), f"      - id: objects\n        uses: actions/cache@{restore.group(1)}")
+    workflow = tmp_path / "kernel-matrix.yml"
+    workflow.write_text(text)
+    result = zizmor(workflow)
+    assert result.returncode != 0 and "cache-poisoning" in result.stdout, result.stdout
+
+
 def test_zizmor_catches_mistakes(tmp_path):
     workflow = tmp_path / "bad.yml"
     workflow.write_text(
@@ -171,7 +224,9 @@ def test_hadolint_catches_mistakes(tmp_path):
 SCRIPTS = [
     "scripts/test-variant",
     "kernel_matrix/scripts/test-variant",
-    "scripts/runner-host-setup",
+    "scripts/runner-host-setup",  # kernel_matrix/scripts/runner-host-setup, the wheel's copy
+    "scripts/release-build",  # release.yml's jobs
+    "scripts/release-smoke",
     "scripts/setup-dev",
     "scripts/test",
     ".ci/run",

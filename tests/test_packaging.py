@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,11 +42,131 @@ def test_the_package_ships_every_file_it_reads(tmp_path):
         "kernel_matrix/templates/build_matrix.yaml.in",  # init's files
         "kernel_matrix/templates/caller-workflow.yml.in",
         "kernel_matrix/scripts/test-variant",  # the test jobs' script
+        "kernel_matrix/scripts/runner-host-setup",  # the GPU runner host's set-up (docs/runner-host.md)
         "kernel_matrix/py.typed",  # type checkers read the package's annotations
     }
     assert expected <= files, sorted(expected - files)
-    # docker/builder.Dockerfile, where readers look for it, is the same file.
+    # docker/builder.Dockerfile and scripts/runner-host-setup, where readers look for them, are the same files.
     assert (REPO / "docker" / "builder.Dockerfile").resolve() == REPO / "kernel_matrix/docker/builder.Dockerfile"
+    assert (REPO / "scripts" / "runner-host-setup").resolve() == REPO / "kernel_matrix/scripts/runner-host-setup"
+    info = zipfile.ZipFile(wheel).getinfo("kernel_matrix/scripts/runner-host-setup")
+    assert (info.external_attr >> 16) & 0o111, "installed executable, as in the checkout"
+
+
+# --- kernel-matrix's own release: scripts/release-build and scripts/release-smoke (release.yml's jobs) -----------
+
+RELEASE_FILE = "kernel_matrix/data/release.yaml"
+
+
+def git(*argv: str, cwd: Path) -> str:
+    result = subprocess.run(["git", *argv], cwd=cwd, env={**os.environ, **GIT_IDENTITY}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def release_checkout(root: Path, version: str, *, whole: bool = True) -> tuple[Path, str]:
+    """A git history of kernel-matrix's release as docs/workflows.md lays it out: a commit that sets the version,
+    then one that points release.yaml at it (the commit tagged). Returns the checkout and the first commit.
+    whole=False: only the files the release's checks read (they refuse before anything is built)."""
+    checkout = root / "kernel-matrix"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, checkout / name)
+    ignore = shutil.ignore_patterns("__pycache__")
+    if whole:
+        shutil.copytree(REPO / "kernel_matrix", checkout / "kernel_matrix", ignore=ignore)
+        shutil.copytree(REPO / "kernel", checkout / "kernel", ignore=shutil.ignore_patterns("__pycache__", "build"))
+    else:
+        for name in ("kernel_matrix/__init__.py", "kernel_matrix/layout.py", RELEASE_FILE):
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / name, checkout / name)
+    (checkout / "scripts").mkdir()
+    for name in ("release-build", "release-smoke"):
+        shutil.copy2(REPO / "scripts" / name, checkout / "scripts" / name)
+    for name, key in (("pyproject.toml", "version"), ("kernel_matrix/__init__.py", "__version__")):
+        path = checkout / name
+        text, count = re.subn(rf'^{key} = ".*"$', f'{key} = "{version}"', path.read_text(), flags=re.M)
+        assert count == 1, name
+        path.write_text(text)
+    git("init", "-q", "-b", "main", cwd=checkout)
+    git("add", "-A", cwd=checkout)
+    git("commit", "-q", "-m", f"kernel-matrix {version}", cwd=checkout)
+    pinned = git("rev-parse", "HEAD", cwd=checkout)
+    release = checkout / RELEASE_FILE
+    text = re.sub(r"^commit: .*$", f"commit: {pinned}", release.read_text(), flags=re.M)
+    release.write_text(re.sub(r"^version: .*$", f"version: {version}", text, flags=re.M))
+    git("commit", "-q", "-am", "release.yaml: what init pins", cwd=checkout)
+    return checkout, pinned
+
+
+def release_build(checkout: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["scripts/release-build", *argv], cwd=checkout, env=env, capture_output=True, text=True)
+
+
+def test_the_release_build_makes_the_sdist_and_wheel_of_a_tagged_release(tmp_path):
+    checkout, _ = release_checkout(tmp_path, "9.8.7")
+    result = release_build(checkout, "v9.8.7")
+    assert result.returncode == 0, result.stderr
+    built = sorted(p.name for p in (checkout / "dist").iterdir())
+    assert built == ["kernel_matrix-9.8.7-py3-none-any.whl", "kernel_matrix-9.8.7.tar.gz"]
+    files = set(zipfile.ZipFile(checkout / "dist" / built[0]).namelist())
+    assert {"kernel_matrix/scripts/runner-host-setup", "kernel_matrix/data/release.yaml"} <= files
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        "another tag",
+        "release.yaml names another version",
+        "code after the pin",
+        "a commit of no history",
+        "__init__ disagrees",
+    ],
+)
+def test_the_release_build_refuses_a_tag_its_checkout_is_not(tmp_path, mistake):
+    """What init pins (release.yaml) must be inside the release it names: one line and exit 1 before
+    anything is built, where the tag, the version or the pinned commit do not agree."""
+    checkout, pinned = release_checkout(tmp_path, "9.8.7", whole=False)
+    release = checkout / RELEASE_FILE
+    tag, expected = "v9.8.7", None
+    if mistake == "another tag":
+        tag, expected = "v9.8.8", "tag v9.8.8: pyproject.toml's version is 9.8.7"
+    elif mistake == "release.yaml names another version":
+        release.write_text(release.read_text().replace("version: 9.8.7", "version: 9.8.6"))
+        expected = f"{RELEASE_FILE}: version 9.8.6, not 9.8.7"
+    elif mistake == "code after the pin":
+        (checkout / "kernel_matrix" / "layout.py").write_text("# changed after the pinned commit\n")
+        git("commit", "-q", "-am", "a change", cwd=checkout)
+        expected = f"{RELEASE_FILE}: commit {pinned[:12]} differs from this one in kernel_matrix/layout.py"
+    elif mistake == "a commit of no history":
+        release.write_text(release.read_text().replace(pinned, "f" * 40))
+        expected = f"{RELEASE_FILE}: commit {'f' * 40} is not a commit of this history"
+    else:
+        init = checkout / "kernel_matrix" / "__init__.py"
+        init.write_text(init.read_text().replace('"9.8.7"', '"9.8.6"'))
+        expected = "kernel_matrix/__init__.py's __version__ is 9.8.6, pyproject.toml's 9.8.7"
+    result = release_build(checkout, tag)
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {expected}"), line
+    assert not (checkout / "dist").exists()
+
+
+@pytest.mark.build  # no compiler, but the wheel with all its dependencies into a fresh environment (~30 s)
+def test_the_release_smoke_test_installs_the_wheel_and_runs_it(tmp_path):
+    checkout, _ = release_checkout(tmp_path, "9.8.7")
+    assert release_build(checkout, "v9.8.7").returncode == 0
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(["scripts/release-smoke", "v9.8.7"], cwd=checkout, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("kernel-matrix 9.8.7: the wheel installs, runs and carries its data")
+    # And it fails where the wheel is not the release it is asked to check.
+    result = subprocess.run(["scripts/release-smoke", "v9.8.8"], cwd=checkout, env=env, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: the wheel's kernel-matrix --version says 'kernel-matrix 9.8.7', not 'kernel-matrix 9.8.8'"
+    )
 
 
 # --- installed from the wheel, used from a kernel's own repository -------------------------------------------------
@@ -133,6 +254,12 @@ def test_the_readme_commands_for_your_kernels_repository_from_the_wheel(venv, tm
     table = sh("kernel-matrix matrix --profile pr", repository, env).stdout
     assert "kernel-matrix's default matrix" in table and "torch214-cxx11-cpu-x86_64-linux" in table
 
+    # init checks the release's commit on GitHub: the stand-in of github_standin.py (git's own insteadOf).
+    from github_standin import stand_in
+
+    github = stand_in(tmp_path / "github")
+    github.needs_release()
+    env = {**env, "GIT_CONFIG_GLOBAL": str(github.config)}
     written = sh(init, repository, env).stdout
     assert "wrote build_matrix.yaml" in written and "HF_TOKEN" in written
     assert "build_matrix.yaml: " in sh("kernel-matrix matrix --profile pr", repository, env).stdout

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from conftest import REPO, cli_jobs, cli_matrix, kernel_matrix, matrix_text
 
+from kernel_matrix.config.github_event import PULL_REQUEST_EVENTS
 from kernel_matrix.planning.matrix import PROFILES, load_matrix
 
 WORKFLOW_DIR = REPO / ".github" / "workflows"
@@ -34,14 +35,27 @@ PINNED = {
     "actions/upload-artifact": ("ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
     "actions/download-artifact": ("d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
     "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
-    "actions/cache": ("5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
+    # The object cache, restored and saved in two steps so that release builds do neither.
+    "actions/cache/restore": ("5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
+    "actions/cache/save": ("5a3ec84eff668545956fd18022155c47e93e2684", "v4.2.3"),
+    # kernel-matrix's own release to PyPI (release.yml): Trusted Publishing, no stored token.
+    "pypa/gh-action-pypi-publish": ("76f52bc884231f62b9a034ebfe128415bbaabdfc", "v1.12.4"),
 }
-FORK_CLAUSE = (
-    "github.event_name != 'pull_request' || github.event.pull_request.head.repo.full_name == github.repository"
+# "This event runs a pull request's files": one rule, the events of PULL_REQUEST_EVENTS
+# (kernel_matrix/config/github_event.py), as every workflow condition writes it
+# (tests/security/test_fork_runners.py holds every condition on github.event_name to it).
+PULL_REQUEST_RUN = (
+    f"contains(fromJSON('{json.dumps(sorted(PULL_REQUEST_EVENTS), separators=(',', ':'))}'), github.event_name)"
 )
+FORK_CLAUSE = f"!{PULL_REQUEST_RUN} || github.event.pull_request.head.repo.full_name == github.repository"
 DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
-# The one job of all the workflows whose token may write, and what it may write.
-WRITER = ("reusable-build.yml", "release-wheels")
+# The jobs of all the workflows whose token may write, and what each may write: the kernel's
+# release wheels, and kernel-matrix's own release (the GitHub release; PyPI's OIDC token).
+WRITERS = {
+    ("reusable-build.yml", "release-wheels"): {"contents": "write"},
+    ("release.yml", "github-release"): {"contents": "write"},
+    ("release.yml", "pypi"): {"id-token": "write"},
+}
 # The test jobs' command as it ships in the package (scripts/test-variant runs it in this repository).
 TEST_VARIANT = REPO / "kernel_matrix" / "scripts" / "test-variant"
 USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] VARIANT[,VARIANT...]"
@@ -58,6 +72,7 @@ def load(path: Path) -> dict:
 BUILD = load(WORKFLOW_DIR / "reusable-build.yml")
 JOBS = BUILD["jobs"]
 CALLER = load(WORKFLOW_DIR / "build.yml")
+RELEASE = load(WORKFLOW_DIR / "release.yml")  # kernel-matrix's own release
 (CALLER_JOB,) = CALLER["jobs"].values()
 REUSABLE = "./.github/workflows/reusable-build.yml"
 
@@ -166,7 +181,10 @@ class Expression:
         status = self.context.get("status")
         functions = {
             "format": lambda fmt, *rest: re.sub(r"\{(\d+)\}", lambda m: text(rest[int(m.group(1))]), fmt),
-            "contains": lambda a, b: text(b).lower() in text(a).lower(),
+            # An array: an item equal to the value (GitHub's rule); a string: a substring.
+            "contains": lambda a, b: (
+                any(equal(item, b) for item in a) if isinstance(a, list) else text(b).lower() in text(a).lower()
+            ),
             "startsWith": lambda a, b: text(a).lower().startswith(text(b).lower()),
             "fromJSON": lambda s: json.loads(s),
             "hashFiles": lambda *patterns: hash_files(Path(self.context["github"]["workspace"]), patterns),
@@ -354,8 +372,8 @@ def step(job: str, uses: str | None = None, run: str | None = None, index: int =
 def test_workflows_are_locked_down(path):
     workflow = load(path)
     text_ = path.read_text()
-    # Fork code must never run with this repository's token or secrets.
-    assert "pull_request_target" not in text_ and "workflow_run" not in text_
+    # Fork code must never run with this repository's token or secrets: no trigger that gives it them.
+    assert not set(workflow["on"]) & {"pull_request_target", "workflow_run"} and "workflow_run" not in text_
     assert workflow["permissions"] == {}, "no token permission at the top: each job asks for its own"
     for name, job in workflow["jobs"].items():
         if "uses" in job:  # a caller: a reusable workflow of this repository, granting what its jobs may ask
@@ -367,8 +385,8 @@ def test_workflows_are_locked_down(path):
             assert job["permissions"] == granted[(path.name, job["uses"])] and "steps" not in job, name
             continue
         assert "timeout-minutes" in job, name
-        if (path.name, name) == WRITER:
-            assert job["permissions"] == {"contents": "write"}, name
+        if (path.name, name) in WRITERS:
+            assert job["permissions"] == WRITERS[path.name, name], name
         else:
             assert job.get("permissions", {}) in ({}, {"contents": "read"}), f"{name} needs no write permission"
         for holder in [job.get("container"), *job.get("services", {}).values()]:
@@ -383,13 +401,14 @@ def test_workflows_are_locked_down(path):
                     assert s["with"]["persist-credentials"] is False
                 # No action caches but the build job's object cache (test_the_object_cache_...).
                 assert "cache" not in s.get("with", {}), name
-                assert action != "actions/cache" or (path.name, name) == ("reusable-build.yml", "build"), name
+                in_build = (path.name, name) == ("reusable-build.yml", "build")
+                assert not action.startswith("actions/cache") or in_build, name
             # Expressions reach commands through env, never by text substitution.
             assert "${{" not in s.get("run", ""), f"{name}: {s['run']}"
     # Every pinned commit carries its release in a comment, and it is the release of that commit.
     for line in text_.splitlines():
         if "uses:" in line and not re.search(r"uses: \./\.github/workflows/reusable-[a-z]+\.yml", line):
-            match = re.search(r"uses: ([\w.-]+/[\w.-]+)@([0-9a-f]{40})  # (v[\d.]+)$", line)
+            match = re.search(r"uses: ([\w.-]+/[\w./-]+)@([0-9a-f]{40})  # (v[\d.]+)$", line)
             assert match, f"not pinned to a commit with its version in a comment: {line.strip()}"
             assert PINNED[match.group(1)] == (match.group(2), match.group(3)), line.strip()
 
@@ -446,11 +465,13 @@ def test_the_job_graph():
 
 
 def test_every_job_is_one_command_a_developer_can_run():
-    # Besides installing kernel-matrix, each job runs kernel-matrix, a script of the repository, or the one
-    # other tool its job names.
-    others = {"summary": "awk", "release-wheels": "gh"}
+    # Besides installing kernel-matrix (in test-gpu, into a venv of its own), each job runs kernel-matrix, a
+    # script of the repository, or the one other tool its job names (summary: awk over the tables there are,
+    # found with bash's nullglob).
+    others = {"summary": "shopt", "release-wheels": "gh"}
     for name, job in JOBS.items():
-        commands = [s["run"] for s in job["steps"] if "run" in s and s not in install_steps(name)]
+        setup = [*install_steps(name), *[s for s in job["steps"] if s.get("run", "").startswith("python3 -m venv ")]]
+        commands = [s["run"] for s in job["steps"] if "run" in s and s not in setup]
         assert commands, name
         for command in commands:
             first = command.split()[0]
@@ -479,7 +500,7 @@ def test_every_job_is_one_command_a_developer_can_run():
 
 # build and test-cpu: for a pull request, the hosted runner of the cell's arch, whatever its matrix says.
 BUILD_RUNS_ON = (
-    "${{ github.event_name == 'pull_request' && (matrix.arch == 'aarch64' && 'ubuntu-24.04-arm' || 'ubuntu-24.04') "
+    f"${{{{ {PULL_REQUEST_RUN} && (matrix.arch == 'aarch64' && 'ubuntu-24.04-arm' || 'ubuntu-24.04') "
     "|| matrix.build_runner }}"
 )
 
@@ -489,19 +510,163 @@ def install_steps(job: str) -> list[dict]:
     return [s for s in JOBS[job]["steps"] if s.get("env", {}).get("KERNEL_MATRIX") == "${{ inputs.kernel-matrix }}"]
 
 
-def test_every_job_installs_kernel_matrix_at_the_workflows_own_release():
-    from kernel_matrix import __version__
+# What the caller passes: kernel-matrix at the commit its `uses:` pins (init writes both), or `.` in
+# kernel-matrix's own repository.
+PINNED_INSTALL = "git+https://github.com/kernel-matrix/kernel-matrix@" + "0123456789abcdef" * 2 + "01234567"
+REUSABLE_WORKFLOWS = ("reusable-build.yml", "reusable-upstream.yml")
 
-    for reusable in ("reusable-build.yml", "reusable-upstream.yml"):
+
+def all_install_steps() -> list[tuple[str, str, dict]]:
+    """Every step of the reusable workflows that installs kernel-matrix: (workflow, job, step)."""
+    return [
+        (reusable, name, s)
+        for reusable in REUSABLE_WORKFLOWS
+        for name, job in load(WORKFLOW_DIR / reusable)["jobs"].items()
+        for s in job["steps"]
+        if s.get("env", {}).get("KERNEL_MATRIX") == "${{ inputs.kernel-matrix }}"
+    ]
+
+
+def test_every_job_installs_kernel_matrix_from_the_pinned_commit_never_by_name():
+    for reusable in REUSABLE_WORKFLOWS:
         declared = load(WORKFLOW_DIR / reusable)["on"]["workflow_call"]["inputs"]["kernel-matrix"]
-        assert declared["default"] == f"kernel-matrix=={__version__}", reusable  # bumped with the release
+        # No default: a name and version on an index (kernel-matrix==X) is anyone's to register and fill.
+        assert declared["required"] is True and "default" not in declared, reusable
+    for path in WORKFLOWS:
+        assert not re.search(r"kernel-matrix\s*[=<>~!]=", path.read_text()), (
+            f"{path.name} installs kernel-matrix by name"
+        )
     for job in ("plan", "build", "test-cpu", "test-gpu", "publish"):
         (install,) = install_steps(job)
-        assert '"$KERNEL_MATRIX"' in install["run"] and " . " not in f"{install['run']} ", job
+        assert install["run"].rstrip().endswith('pip install --quiet "$KERNEL_MATRIX"'), job
     for job in ("summary", "release-wheels"):
         assert install_steps(job) == [], job  # they run no kernel-matrix
-    # kernel-matrix's own caller installs the code under test; a kernel's caller passes nothing.
+    # One install step, word for word, in every job of both reusable workflows (a composite action cannot be
+    # pinned from a reusable workflow, which knows nothing of its own ref: actions/toolkit#1264).
+    steps = all_install_steps()
+    assert len(steps) == 6 and len({s["run"] for _, _, s in steps}) == 1, [(w, j) for w, j, _ in steps]
+    # test-variant's cell environments install the same, checked by the same job's install step before it.
+    for job in ("test-cpu", "test-gpu"):
+        test = step(job, run="kernel-matrix test-variant")
+        assert test["env"]["KERNEL_MATRIX_INSTALL"] == "${{ inputs.kernel-matrix }}"
+        assert JOBS[job]["steps"].index(install_steps(job)[0]) < JOBS[job]["steps"].index(test), job
+    # kernel-matrix's own caller installs the code under test.
     assert CALLER_JOB["with"]["kernel-matrix"] == "."
+
+
+# A stand-in python: records `python -m pip ...` instead of installing.
+RECORDING_PYTHON = '#!/bin/sh\nprintf "%s\\n" "$*" >>"$PIP_LOG"\n'
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        (PINNED_INSTALL, True),
+        (".", True),  # kernel-matrix's own repository: the checkout is kernel-matrix
+        ("kernel-matrix==0.1.0", False),  # the name is unclaimed on PyPI: whoever registers it runs in publish
+        ("kernel-matrix", False),
+        ("kernel_matrix @ git+https://github.com/kernel-matrix/kernel-matrix@" + "a" * 40, False),
+        ("git+https://github.com/kernel-matrix/kernel-matrix@main", False),  # a branch moves
+        ("git+https://github.com/kernel-matrix/kernel-matrix@v0.1.0", False),  # so can a tag
+        ("git+https://github.com/kernel-matrix/kernel-matrix@" + "a" * 39, False),  # abbreviated
+        ("git+https://github.com/kernel-matrix/kernel-matrix@" + "A" * 40, False),
+        ("git+https://evil.example/kernel-matrix/kernel-matrix@" + "a" * 40, False),
+        ("git+http://github.com/kernel-matrix/kernel-matrix@" + "a" * 40, False),
+        ("git+https://github.com/kernel-matrix/kernel-matrix@" + "a" * 40 + " --index-url https://evil", False),
+        ("git+https://github.com/kernel-matrix/kernel-matrix@" + "a" * 40 + "\n--index-url=https://evil", False),
+        ("git+https://github.com/kernel-matrix/..@" + "a" * 40, False),
+        ("./", False),
+        ("-e .", False),
+        ("", False),
+    ],
+)
+def test_the_install_step_refuses_all_but_a_pinned_commit_before_pip_runs(tmp_path, value, accepted):
+    """The step as written, run by bash with the job's environment: an accepted value reaches pip as one
+    argument; anything else is refused in one line naming it, exit 2, and pip never runs."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(RECORDING_PYTHON)
+    (tmp_path / "bin" / "python").chmod(0o755)
+    log = tmp_path / "pip.log"
+    for workflow, job, s in all_install_steps():
+        log.write_text("")
+        context = run_context("push") | {"inputs": {"kernel-matrix": value}}
+        env = {k: render(v, context) for k, v in s["env"].items()}
+        env |= {"PIP_LOG": str(log), "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+        result = bash(s["run"], env, cwd=tmp_path)
+        if accepted:
+            assert result.returncode == 0 and result.stderr == "", (workflow, job, result.stderr)
+            assert log.read_text() == f"-m pip install --quiet {value}\n", (workflow, job)
+        else:
+            assert result.returncode == 2, (workflow, job, result.stderr)
+            assert log.read_text() == "", (workflow, job)  # pip never ran
+            (line,) = result.stderr.splitlines()  # one line, whatever the value holds
+            assert line.startswith("error: input kernel-matrix = ") and "git+https://github.com/OWNER/NAME@" in line
+
+
+@pytest.fixture
+def git_identity(monkeypatch):
+    for name, value in (("GIT_AUTHOR_NAME", "a"), ("GIT_AUTHOR_EMAIL", "a@b"), ("GIT_COMMITTER_NAME", "a")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "a@b")
+
+
+def test_pip_installs_from_github_at_a_full_commit(tmp_path, git_identity):
+    """What the install step hands pip, `git+https://github.com/OWNER/NAME@<40 hex>`, with github.com redirected
+    to a local repository (git's url.<base>.insteadOf): the real pip and git fetch exactly that commit, whether a
+    branch holds it, an older commit of one, or only a ref no branch shows (a pull request's, as GitHub has)."""
+
+    def git(*argv, cwd):
+        return subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+    work = tmp_path / "work"
+    (work / "probe").mkdir(parents=True)
+    (work / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "probe"\nversion = "1"\n[tool.setuptools]\npackages = ["probe"]\n'
+    )
+    commits = {}
+    git("init", "-q", "-b", "main", cwd=work)
+    for label in ("older", "head"):
+        (work / "probe" / "__init__.py").write_text(f"LABEL = {label!r}\n")
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", label, cwd=work)
+        commits[label] = git("rev-parse", "HEAD", cwd=work)
+    (work / "probe" / "__init__.py").write_text("LABEL = 'pull'\n")
+    git("commit", "-q", "-am", "pull", cwd=work)
+    commits["pull"] = git("rev-parse", "HEAD", cwd=work)
+    git("reset", "-q", "--hard", commits["head"], cwd=work)
+    bare = tmp_path / "owner" / "probe.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    git("update-ref", "refs/pull/7/head", commits["pull"], cwd=bare)
+    git("config", "uploadpack.allowReachableSHA1InWant", "true", cwd=bare)  # as GitHub serves
+    config = tmp_path / "gitconfig"
+    config.write_text(f'[url "file://{bare}"]\n\tinsteadOf = https://github.com/owner/probe\n')
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
+    # (The branch's head, the common case, is what tests/test_first_run.py installs.)
+    for label, commit in ((label, commits[label]) for label in ("older", "pull")):
+        target = tmp_path / f"site-{label}"
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--target",
+                str(target),
+                f"git+https://github.com/owner/probe@{commit}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, (label, result.stderr)
+        assert (target / "probe" / "__init__.py").read_text() == f"LABEL = {label!r}\n", label
+        (record,) = target.glob("probe-1.dist-info/direct_url.json")
+        assert json.loads(record.read_text())["vcs_info"]["commit_id"] == commit, label
 
 
 def test_the_caller_passes_its_run_to_the_reusable_workflow():
@@ -518,18 +683,56 @@ def test_the_caller_passes_its_run_to_the_reusable_workflow():
     assert render(BUILD["env"]["PROFILE"], context) == "pr"
 
 
+def cache_steps() -> tuple[dict, dict]:
+    (restore,) = [s for s in JOBS["build"]["steps"] if s.get("uses", "").startswith("actions/cache/restore@")]
+    (save,) = [s for s in JOBS["build"]["steps"] if s.get("uses", "").startswith("actions/cache/save@")]
+    return restore, save
+
+
 def test_the_object_cache_is_restored_per_kernel_and_cell_and_never_for_publish():
-    (cache,) = [s for s in JOBS["build"]["steps"] if s.get("uses", "").startswith("actions/cache@")]
+    restore, save = cache_steps()
     build = step("build", run="kernel-matrix build")
     steps = JOBS["build"]["steps"]
-    assert steps.index(cache) < steps.index(build)
-    assert cache["with"]["path"] == "build/.cache/objects"  # objects only: variants, records and logs are this run's
+    assert steps.index(restore) < steps.index(build) < steps.index(save)
+    # objects only: variants, records and logs are this run's
+    assert restore["with"]["path"] == save["with"]["path"] == "build/.cache/objects"
     prefix = "kernel-matrix-objects-${{ matrix.job }}-"  # <kernel>-<variant>, or the batch's
-    assert cache["with"]["restore-keys"] == prefix
-    key = cache["with"]["key"]
+    assert restore["with"]["restore-keys"] == prefix
+    key = restore["with"]["key"]
     assert key.startswith(prefix) and "hashFiles(" in key and "'**/*.cu'" in key and "'**/build.toml'" in key
+    # Saved under the key the restore computed from the sources, before the build wrote anything.
+    assert save["with"]["key"] == f"${{{{ steps.{restore['id']}.outputs.cache-primary-key }}}}"
     for job in ("plan", "test-cpu", "test-gpu", "publish", "release-wheels"):
         assert not any("actions/cache" in s.get("uses", "") for s in JOBS[job]["steps"]), job
+
+
+# Each kind of run, and whether its build job reads and writes the cross-run object cache: a release build (a
+# tag, or a run asked to publish) does neither, so no object a run on the default branch left is released.
+CACHE_RUNS = {
+    "push to main": (run_context("push"), True),
+    "push to a branch": (run_context("push", ref="refs/heads/feature"), True),
+    "same-repo-pr": (run_context("same-repo-pr"), True),
+    "fork-pr": (run_context("fork-pr"), True),  # its own scope, which no other branch reads
+    "dispatch": (run_context("dispatch"), True),
+    "dispatch, dry-run": (run_context("dispatch", dry_run=True), True),
+    "tag": (run_context("push", ref="refs/tags/v1.2.0"), False),
+    "dispatch on a tag": (run_context("dispatch", ref="refs/tags/v1.2.0"), False),
+    "dispatch, publish on main": (run_context("dispatch", publish=True), False),
+    "dispatch, publish on a feature branch": (run_context("dispatch", ref="refs/heads/feature", publish=True), False),
+}
+
+
+@pytest.mark.parametrize("kind", CACHE_RUNS)
+def test_release_builds_neither_restore_nor_save_the_object_cache(kind):
+    context, cached = CACHE_RUNS[kind]
+    restore, save = cache_steps()
+    context = context | {"matrix": {"job": "k-v"}}
+    assert runs(restore, context) is cached
+    miss = context | {"steps": {restore["id"]: {"outputs": {"cache-hit": "false"}}}}
+    assert runs(save, miss) is cached
+    # Not saved again over an exact hit; never after a failed build.
+    hit = context | {"steps": {restore["id"]: {"outputs": {"cache-hit": "true"}}}}
+    assert runs(save, hit) is False and runs(save, miss | {"status": "failure"}) is False
 
 
 def test_only_the_gpu_test_job_runs_on_self_hosted_runners():
@@ -702,6 +905,8 @@ PLAN_RUNS = {
     "pr": (run_context("same-repo-pr"), "pr", None),
     "fork-pr": (run_context("fork-pr"), "pr", None),
     "push": (run_context("push"), "full", None),
+    "tag": (run_context("push", ref="refs/tags/v1.2.0"), "full", None),
+    "tag v1, the release's branch": (run_context("push", ref="refs/tags/v1"), "full", None),
     "dispatch only=torch=2.13": (run_context("dispatch", only="torch=2.13"), "full", "torch=2.13"),
     "dispatch pr only=arch=x86_64": (run_context("dispatch", profile="pr", only="arch=x86_64"), "pr", "arch=x86_64"),
     "dispatch only=backend=cpu": (run_context("dispatch", only="backend=cpu"), "full", "backend=cpu"),
@@ -741,6 +946,35 @@ def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     else:  # no CUDA cell selected: no GPU job, rather than a matrix GitHub would refuse
         assert outputs["gpu_jobs"] == ""
         assert not runs(JOBS["test-gpu"], context)
+
+
+@pytest.mark.parametrize(
+    ("ref", "refusal"),
+    [
+        ("refs/tags/v2", "--tag v2: v<N> is the name of version N's branch"),
+        ("refs/tags/v0", "--tag v0: v<N> is the name of version N's branch"),
+        ("refs/tags/v1.0..1", "--tag 'v1.0..1': not a valid tag name"),
+    ],
+)
+def test_the_plan_refuses_a_tag_publish_would_refuse(tmp_path, ref, refusal):
+    """img2gray is version 1: a v2 tag would hold the name of version 2's branch on the Hub. publish refuses it,
+    but only after the whole matrix (and the release's approval): the plan job refuses it first, with publish's
+    own check, in one line, and outputs no job."""
+    context = run_context("push", ref=ref)
+    (plan,) = [s for s in JOBS["plan"]["steps"] if s.get("id") == "plan"]
+    output = tmp_path / "github_output"
+    env = {**context["env"], **{k: render(v, context) for k, v in plan["env"].items()}}
+    result = bash(plan["run"], {**env, **github_environment(context, tmp_path), "GITHUB_OUTPUT": str(output)})
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {refusal}"), line
+    assert not output.exists() or output.read_text() == ""
+    # The same check as publish's, not a copy of it.
+    from kernel_matrix.errors import ConfigError
+    from kernel_matrix.releasing.publish import check_tag, check_tag_beside_branch
+
+    with pytest.raises(ConfigError, match=re.escape(refusal.split(": ", 1)[1])):
+        check_tag_beside_branch(check_tag(ref.removeprefix("refs/tags/")), "v1")
 
 
 def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
@@ -839,12 +1073,11 @@ def several_kernels(tmp_path: Path) -> Path:
     """A matrix of four kernels: img2gray, a copy under another name, a Python-only one and a [tvm-ffi] one."""
     import shutil
 
-    from conftest import tvm_ffi_kernel
+    from conftest import img2gray_as, tvm_ffi_kernel
 
-    shutil.copytree(REPO / "kernel", tmp_path / "copy", ignore=shutil.ignore_patterns("benchmarks", "tests"))
-    toml = tmp_path / "copy" / "build.toml"
-    toml.write_text(toml.read_text().replace('name = "img2gray"', 'name = "gray-copy"'))
-    (tmp_path / "copy" / "torch-ext" / "img2gray").rename(tmp_path / "copy" / "torch-ext" / "gray_copy")
+    # Inside the matrix file's folder, where a matrix's kernels must be; the copy with a Hub repo of its own.
+    shutil.copytree(REPO / "kernel", tmp_path / "img2gray", ignore=shutil.ignore_patterns("benchmarks", "tests"))
+    img2gray_as(tmp_path, "gray-copy")
     package = tmp_path / "pure" / "torch-ext" / "pure"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -852,9 +1085,7 @@ def several_kernels(tmp_path: Path) -> Path:
         '[general]\nname = "pure"\nversion = 1\nlicense = "MIT"\nbackends = ["cpu", "cuda", "xpu"]\n\n[torch-noarch]\n'
     )
     tvm_ffi_kernel(tmp_path)
-    text = matrix_text().replace(
-        f"kernel: {REPO / 'kernel'}", f"kernels: [{REPO / 'kernel'}, copy, pure, gray-tvm-ffi]"
-    )
+    text = re.sub(r"^kernel: .*$", "kernels: [img2gray, gray-copy, pure, gray-tvm-ffi]", matrix_text(), flags=re.M)
     (tmp_path / "build_matrix.yaml").write_text(text)
     return tmp_path / "build_matrix.yaml"
 
@@ -929,11 +1160,13 @@ def batched(tmp_path: Path) -> Path:
     versions x 2 archs, 260 cells."""
     releases = "\n".join(f'  "2.{m}": {{ pypi: "13.0", cuda: ["12.6", "12.8", "13.0", "13.2"] }}' for m in range(26))
     torch = "\n".join(f'  "2.{m}": all' for m in range(26))
+    import shutil
+
     path = tmp_path / "build_matrix.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "kernel", tmp_path / "kernel", ignore=shutil.ignore_patterns("benchmarks", "tests"))
     runners = "{build-runner: [ubuntu-24.04], gpu-test-runner: [self-hosted, linux, x64, gpu]}"
     path.write_text(
-        f"kernel: {REPO / 'kernel'}\ntorch:\n{torch}\narchs:\n  x86_64: {runners}\n  aarch64: {runners}\n"
+        f"kernel: kernel\ntorch:\n{torch}\narchs:\n  x86_64: {runners}\n  aarch64: {runners}\n"
         f"torch-releases:\n{releases}\n"
     )
     return path
@@ -1070,11 +1303,28 @@ def test_the_summary_step_merges_the_cells_tables(tmp_path):
     summary_job = tmp_path / "summary-job"
     download(step("summary", "actions/download-artifact"), {}, artifacts, summary_job)
     summary = tmp_path / "step_summary.md"
-    result = bash(step("summary", run="awk")["run"], {"GITHUB_STEP_SUMMARY": str(summary)}, cwd=summary_job)
+    result = bash(summary_step()["run"], {"GITHUB_STEP_SUMMARY": str(summary)}, cwd=summary_job)
     assert result.returncode == 0, result.stderr
     lines = summary.read_text().splitlines()
     assert lines[:2] == header.splitlines() and len(lines) == 4
     assert {line.split(" | ")[2] for line in lines[2:]} == {"built", "FAILED"}
+
+
+def summary_step() -> dict:
+    (found,) = [s for s in JOBS["summary"]["steps"] if "run" in s]
+    return found
+
+
+@pytest.mark.parametrize("downloaded", ["no logs folder", "an empty logs folder"])
+def test_the_summary_step_passes_when_no_build_left_a_table(tmp_path, downloaded):
+    """A plan that failed leaves no build and no logs-* artifact: the summary says so, and is not a second
+    red job beside the plan (awk on the unmatched glob exited 2)."""
+    if downloaded == "an empty logs folder":
+        (tmp_path / "logs").mkdir()
+    summary = tmp_path / "step_summary.md"
+    result = bash(summary_step()["run"], {"GITHUB_STEP_SUMMARY": str(summary)}, cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert summary.read_text() == "No build left a summary table (the plan failed, or no build ran).\n"
 
 
 # --- releases: only tags and the default branch publish, and only publish sees the Hub token --------------------
@@ -1182,12 +1432,17 @@ def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
     ]
     assert JOBS["publish"]["steps"][publish_step]["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     environments = {(p.name, n): j.get("environment") for p in WORKFLOWS for n, j in load(p)["jobs"].items()}
-    assert {k: v for k, v in environments.items() if v} == {("reusable-build.yml", "publish"): "hub"}
+    assert {k: v for k, v in environments.items() if v} == {
+        ("reusable-build.yml", "publish"): "hub",
+        # kernel-matrix's own release: PyPI's Trusted Publisher names this environment (release.yml).
+        ("release.yml", "pypi"): {"name": "pypi", "url": "https://pypi.org/project/kernel-matrix/"},
+    }
     assert JOBS["publish"]["permissions"] == {"contents": "read"}
 
 
-def test_only_release_wheels_holds_the_job_token_and_may_write():
-    # github.token is not a secret, but in release-wheels it may write: no other step is handed it.
+def test_only_the_release_jobs_hold_a_token_that_may_write():
+    # github.token is not a secret, but in release-wheels and github-release it may write: no other step is
+    # handed it.
     token_uses = [
         (path.name, where)
         for path in WORKFLOWS
@@ -1195,21 +1450,28 @@ def test_only_release_wheels_holds_the_job_token_and_may_write():
         if re.search(r"github\.token|GITHUB_TOKEN|GH_TOKEN", f"{where} {value}", re.I)
     ]
     gh_step = JOBS["release-wheels"]["steps"].index(step("release-wheels", run="gh release"))
-    assert token_uses == [("reusable-build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN")]
+    own = RELEASE["jobs"]["github-release"]["steps"]
+    (own_gh,) = [i for i, s in enumerate(own) if s.get("run", "").startswith("gh release")]
+    assert token_uses == [
+        ("release.yml", f".jobs.github-release.steps[{own_gh}].env.GH_TOKEN"),
+        ("reusable-build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN"),
+    ]
     assert JOBS["release-wheels"]["steps"][gh_step]["env"]["GH_TOKEN"] == "${{ github.token }}"
-    writers = [
-        (path.name, name, job["permissions"])
+    assert own[own_gh]["env"]["GH_TOKEN"] == "${{ github.token }}"
+    writers = {
+        (path.name, name): job["permissions"]
         for path in WORKFLOWS
         for name, job in load(path)["jobs"].items()
         if "write" in str(job.get("permissions"))
-    ]
+    }
     # The caller's job grants what release-wheels asks (a called job can have no more than its caller's).
-    assert writers == [("build.yml", "kernel-matrix", {"contents": "write"}), (*WRITER, {"contents": "write"})]
+    assert writers == {("build.yml", "kernel-matrix"): {"contents": "write"}, **WRITERS}
     # Word for word too, comments aside: no other `<scope>: write` (or write-all) anywhere, top level included.
     code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for p in WORKFLOWS for line in p.read_text().splitlines())
-    assert re.findall(r"[\w-]+:\s*write(?:-all)?\b", code) == ["contents: write"] * 2
-    # It runs nothing of the repository's: no checkout, no kernel-matrix, no script.
-    assert not any("actions/checkout" in s.get("uses", "") for s in JOBS["release-wheels"]["steps"])
+    assert sorted(re.findall(r"[\w-]+:\s*write(?:-all)?\b", code)) == ["contents: write"] * 3 + ["id-token: write"]
+    # They run nothing of the repository's: no checkout, no kernel-matrix, no script.
+    for steps in (JOBS["release-wheels"]["steps"], own, RELEASE["jobs"]["pypi"]["steps"]):
+        assert not any("actions/checkout" in s.get("uses", "") for s in steps)
 
 
 RELEASE_RUNS = {
@@ -1269,6 +1531,79 @@ def test_the_release_command(tmp_path):
     ]
     # No checkout to read the repository from: GH_REPO names it.
     assert (tmp_path / "token").read_text() == "ghs_job_token owner/kernel"
+
+
+# --- kernel-matrix's own release (release.yml): a v* tag builds, tests and publishes the package ------------------
+
+
+def release_step(job: str, run: str) -> dict:
+    (found,) = [s for s in RELEASE["jobs"][job]["steps"] if s.get("run", "").startswith(run)]
+    return found
+
+
+def test_kernel_matrixs_release_runs_on_v_tags_build_test_pypi_github():
+    assert RELEASE["on"] == {"push": {"tags": ["v*"]}}
+    jobs = RELEASE["jobs"]
+    assert {name: job.get("needs") for name, job in jobs.items()} == {
+        "build": None,
+        "test": "build",  # the wheel is tested before anything is published
+        "pypi": "test",
+        "github-release": "pypi",  # the same files, once PyPI has them
+    }
+    # Each job one command a maintainer runs the same way locally (docs/workflows.md).
+    tag = {"TAG": "${{ github.ref_name }}"}
+    assert release_step("build", "scripts/")["run"] == 'scripts/release-build "$TAG"'
+    assert release_step("build", "scripts/")["env"] == tag
+    assert release_step("test", "scripts/")["run"] == 'scripts/release-smoke "$TAG"'
+    assert release_step("test", "scripts/")["env"] == tag
+    for script in ("release-build", "release-smoke"):
+        assert os.access(REPO / "scripts" / script, os.X_OK), script
+    gh = release_step("github-release", "gh ")
+    assert gh["run"] == 'gh release create "$TAG" --verify-tag --generate-notes dist/*'
+    assert gh["env"] == {**tag, "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}"}
+    # The build needs the history: release.yaml's commit must be one of it (scripts/release-build).
+    (checkout,) = [s for s in jobs["build"]["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"]["fetch-depth"] == 0
+
+
+def test_kernel_matrix_goes_to_pypi_by_trusted_publishing_only():
+    pypi = RELEASE["jobs"]["pypi"]
+    # OIDC: the job's token is exchanged for a short-lived PyPI one; no stored token anywhere, and the
+    # permission to ask for an OIDC token in this job only, behind the protected environment `pypi`.
+    assert pypi["permissions"] == {"id-token": "write"} and pypi["environment"]["name"] == "pypi"
+    (publish,) = [s for s in pypi["steps"] if s.get("uses", "").startswith("pypa/gh-action-pypi-publish@")]
+    assert "with" not in publish  # no password, no repository-url: PyPI, by its trusted publisher
+    assert not any("secrets" in value for _, value in strings(RELEASE))
+    for name, job in RELEASE["jobs"].items():
+        assert name == "pypi" or "id-token" not in job.get("permissions", {}), name
+
+
+def test_kernel_matrixs_release_files_travel_from_build_to_pypi_and_github(tmp_path):
+    """What the build job uploads is what the other jobs download into dist/, where their commands read it."""
+    workspace = tmp_path / "build-job"
+    names = ["kernel_matrix-1.2.3-py3-none-any.whl", "kernel_matrix-1.2.3.tar.gz"]
+    for name in names:
+        (workspace / "dist" / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / "dist" / name).write_text(name)
+    (upload_step,) = [s for s in RELEASE["jobs"]["build"]["steps"] if "upload-artifact@" in s.get("uses", "")]
+    name, entries = upload(upload_step, {}, workspace)
+    assert sorted(entries) == names
+    for job in ("test", "pypi", "github-release"):
+        (spec,) = [s for s in RELEASE["jobs"][job]["steps"] if "download-artifact@" in s.get("uses", "")]
+        assert download(spec, {}, {name: entries}, tmp_path / job) == []
+        assert sorted(p.name for p in (tmp_path / job / "dist").iterdir()) == names, job
+    # gh attaches both, to the pushed tag's release only (--verify-tag: never a new tag).
+    stub = tmp_path / "bin" / "gh"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" >"$ARGS"\n')
+    stub.chmod(0o755)
+    gh = release_step("github-release", "gh ")
+    env = {"TAG": "v1.2.3", "GH_TOKEN": "t", "GH_REPO": "o/r", "ARGS": str(tmp_path / "args")}
+    env["PATH"] = f"{stub.parent}{os.pathsep}{os.environ['PATH']}"
+    result = bash(gh["run"], env, cwd=tmp_path / "github-release")
+    assert result.returncode == 0, result.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args == ["release", "create", "v1.2.3", "--verify-tag", "--generate-notes", *[f"dist/{n}" for n in names]]
 
 
 # --- concurrency: superseded pull-request runs are cancelled, releases never ------------------------------------

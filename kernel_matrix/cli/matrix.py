@@ -49,6 +49,10 @@ def matrix(
             "a wheel).",
         ),
     ] = False,
+    tag: Annotated[
+        str | None,
+        typer.Option(help="The git tag a release of these cells will carry: refused here as publish would refuse it."),
+    ] = None,
 ) -> None:
     """List the matrix cells (each kernel's variants): a table, or JSON for GitHub Actions.
 
@@ -75,6 +79,8 @@ def matrix(
     cells = list(resolved.cells)
     event = GithubEvent.from_environment()
     check_runners(resolved.matrix, cells, event)
+    if tag is not None:  # the build workflow's plan job: before the matrix runs, not in publish after it
+        _check_release_tag(resolved, tag)
     if as_json:
         outputs = _job_matrices(resolved, cells, event) if github_output else {}  # refused before anything is printed
         typer.echo(json.dumps(resolved.github_matrix(cells), separators=(",", ":")))
@@ -84,6 +90,16 @@ def matrix(
     source = "kernel-matrix's default matrix (no build_matrix.yaml here)" if selection.uses_default else str(file)
     count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
     stdout.print(render.cells_table(f"{source}: {count} (profile {profile})", cells))
+
+
+def _check_release_tag(resolved: Resolved, tag: str) -> None:
+    """publish's checks of --tag (a valid name, and not v<N> of another version's branch), for every kernel."""
+    from kernel_matrix.releasing.publish import check_tag, check_tag_beside_branch
+    from kernel_matrix.releasing.release import release_branch
+
+    check_tag(tag)
+    for kernel in resolved.kernels:
+        check_tag_beside_branch(tag, release_branch(kernel.config))
 
 
 def _job_matrices(resolved: Resolved, cells: list[Cell], event: GithubEvent) -> dict[str, str]:

@@ -5,11 +5,14 @@ workflow's side of the rule is in tests/test_workflows.py."""
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
-from conftest import kernel_matrix, matrix_text
+import yaml
+from conftest import REPO, kernel_matrix, matrix_text
 
-from kernel_matrix.config.github_event import GithubEvent, is_github_hosted
+from kernel_matrix.config.github_event import PULL_REQUEST_EVENTS, GithubEvent, is_github_hosted
 
 HOSTILE = matrix_text().replace("build-runner: [ubuntu-24.04]", "build-runner: [self-hosted, linux, x64, gpu]")
 
@@ -114,3 +117,67 @@ def test_where_the_code_comes_from(tmp_path, name, payload, fork):
     assert event.from_fork is fork
     assert event.hosted_runners_only is (fork or name == "pull_request")
     assert GithubEvent.from_environment({}).hosted_runners_only is False  # a developer's machine
+
+
+# --- one definition of "this event runs a pull request's files", in the code and the workflows -------------------
+
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+# How every workflow condition asks it: the events of PULL_REQUEST_EVENTS, in one JSON list.
+PULL_REQUEST_RUN = (
+    f"contains(fromJSON('{json.dumps(sorted(PULL_REQUEST_EVENTS), separators=(',', ':'))}'), github.event_name)"
+)
+
+
+def event_name_conditions(path: Path) -> list[str]:
+    """Every expression of a workflow that reads github.event_name: each `${{ }}`, and each `if:` written
+    without one (GitHub reads an `if:` as an expression either way)."""
+
+    def walk(node, key=None):
+        if isinstance(node, dict):
+            for name, value in node.items():
+                yield from walk(value, name)
+        elif isinstance(node, list):
+            for value in node:
+                yield from walk(value)
+        elif isinstance(node, str):
+            wrapped = re.findall(r"\$\{\{(.*?)\}\}", node, re.S)
+            yield from wrapped if wrapped or key != "if" else [node]
+
+    return [e for e in walk(yaml.safe_load(path.read_text())) if "event_name" in e]
+
+
+def test_every_workflow_condition_on_the_event_is_the_codes_definition():
+    """A workflow that decided "pull request" by `github.event_name == 'pull_request'` let the other events that
+    run a pull request's files (pull_request_target, review events, merge_group) build on the matrix's runners
+    while kernel-matrix itself treated them as pull requests: every such condition is PULL_REQUEST_RUN, and any
+    other comparison names an event outside the list (push, workflow_dispatch: who may release)."""
+    found = []
+    for path in WORKFLOWS:
+        for expression in event_name_conditions(path):
+            rest = " ".join(expression.split()).replace(PULL_REQUEST_RUN, "PULL_REQUEST_RUN")
+            found.append((path.name, rest.count("PULL_REQUEST_RUN")))
+            # What is left: plain comparisons with a literal, of events the list does not hold.
+            compared = re.findall(r"github\.event_name (?:==|!=) '([^']*)'", rest)
+            assert rest.count("github.event_name") == len(compared), (path.name, expression)
+            assert not set(compared) & PULL_REQUEST_EVENTS, (path.name, expression)
+    # The places that ask it: the selection (profile), both runners, the GPU fork rule, and the concurrency
+    # groups of the callers and ci.yml.
+    assert sorted(found) == sorted(
+        [("build.yml", 1)] * 2
+        + [("ci.yml", 1)] * 2
+        + [("reusable-build.yml", 1)] * 4
+        + [("reusable-build.yml", 0)] * 2  # publish and release-wheels: a push or a dispatch
+    ), found
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(PULL_REQUEST_EVENTS | {"push", "workflow_dispatch", "schedule", "workflow_run", "release", "pull"}),
+)
+def test_the_workflows_condition_means_what_the_code_means(tmp_path, name):
+    """The condition, evaluated as GitHub does (tests/test_workflows.py's evaluator), against GithubEvent."""
+    from test_workflows import Expression
+
+    event = GithubEvent.from_environment({"GITHUB_EVENT_NAME": name, "GITHUB_REPOSITORY": "owner/kernel"})
+    assert Expression(PULL_REQUEST_RUN).evaluate({"github": {"event_name": name}}) is event.pull_request
+    assert event.pull_request is (name in PULL_REQUEST_EVENTS)
