@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
 
@@ -20,6 +21,13 @@ class ExitCode(IntEnum):
     PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
     ENGINE = 11  # no container engine answers
     NOT_REPRODUCED = 12  # a rebuild from the sources differs from the variant it verifies
+
+
+def shared_exit_code(codes: Iterable[ExitCode], mixed: ExitCode) -> ExitCode:
+    """The exit code of a run of several failures: the one they all share, the most specific
+    (every kernel's suite failed: TEST), else `mixed`, the command's own kind of failure."""
+    distinct = set(codes)
+    return distinct.pop() if len(distinct) == 1 else mixed
 
 
 class KernelMatrixError(Exception):

@@ -5,7 +5,7 @@ import os
 import shutil
 
 import pytest
-from conftest import kernel_matrix, noarch_kernel
+from conftest import COMMUNITY, kernel_matrix, needs_corpus, noarch_kernel
 
 pytestmark = pytest.mark.build
 
@@ -49,8 +49,8 @@ def test_a_cuda_only_kernels_variant_without_a_gpu_is_loaded_and_its_suite_not_r
     result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel_copy), env=hidden)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == (
-        f"skipped {variant.name}: loaded by kernels.get_local_kernel; the suite not run: no GPU here, and "
-        'general.backends ["cuda"] has no cpu (its tests need a GPU: run them on one)'
+        f"skipped {variant.name}: loaded by kernels.get_local_kernel; suite not run on CPU: needs a GPU "
+        '(general.backends ["cuda"] has no cpu)'
     )
     # A variant that does not load fails the test, as the suite would have.
     broken = tmp_path / variant.name
@@ -85,3 +85,71 @@ def test_test_finds_the_variant_a_python_only_kernel_was_built_as(tmp_path, back
     result = kernel_matrix("test", "--kernel-dir", str(kernel), "--build-dir", str(build_dir))
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines()[-1] == f"passed {tested}: all tests of tiny: 1 ran, 0 skipped"
+
+
+# --- kernels-community's suites on the CPU test job (issue 35 item 2) --------------------------
+
+
+def corpus_variant(kernel: str, backend: str, build_dir, object_cache):
+    """kernels-community's `kernel`, built for `backend` (capability 9.0) into build_dir; its variant."""
+    from kernel_matrix.planning.toolchain import find_nvcc
+
+    if backend == "cuda" and find_nvcc() is None:
+        pytest.skip("no nvcc here")
+    options = ("--build-dir", str(build_dir), "--cache-dir", str(object_cache), "--cuda-capabilities", "9.0")
+    kernel_matrix("build", "--kernel-dir", str(COMMUNITY / kernel), "--backend", backend, *options, check=True)
+    (variant,) = [d for d in build_dir.iterdir() if (d / "metadata.json").is_file()]
+    return variant
+
+
+def activation_on_the_cpu_job(backend, tmp_path, object_cache):
+    """activation declares cpu, and its suite names `cuda:0` (11 kernels_ci tests): on the CPU
+    job (GPUs hidden) its variants are loaded and the suite said to need a GPU, exit 0; before,
+    `11 failed ... RuntimeError: Found no NVIDIA driver`, and publish, which needs every CPU
+    test job, never ran."""
+    variant = corpus_variant("activation", backend, tmp_path / "build", object_cache)
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = kernel_matrix("test", str(variant), "--kernel-dir", str(COMMUNITY / "activation"), env=hidden)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "11 skipped" in result.stdout and "failed" not in result.stdout
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"skipped {variant.name}: loaded by kernels.get_local_kernel; suite not run on CPU: needs a GPU "
+            "(all 11 kernels_ci tests of activation ask torch for CUDA: RuntimeError: "
+        )
+    )
+
+
+@pytest.mark.corpus
+@needs_corpus
+def test_activations_cuda_variant_on_the_cpu_job_is_loaded_and_its_suite_said_to_need_a_gpu(tmp_path, object_cache):
+    activation_on_the_cpu_job("cuda", tmp_path, object_cache)
+
+
+@pytest.mark.corpus_full
+@needs_corpus
+def test_activations_cpu_variant_on_the_cpu_job_is_loaded_and_its_suite_said_to_need_a_gpu(tmp_path, object_cache):
+    activation_on_the_cpu_job("cpu", tmp_path, object_cache)
+
+
+@pytest.mark.corpus
+@needs_corpus
+def test_relus_cpu_suite_still_runs_on_the_cpu_job_and_fails_a_broken_variant(tmp_path, object_cache):
+    """relu's suite takes the CPU where torch has no GPU: it runs there, and a CPU variant that
+    computes the wrong thing fails it (nothing about a GPU hides that)."""
+    variant = corpus_variant("relu", "cpu", tmp_path / "build", object_cache)
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    relu = str(COMMUNITY / "relu")
+    result = kernel_matrix("test", str(variant), "--kernel-dir", relu, env=hidden)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert (
+        result.stderr.strip().splitlines()[-1]
+        == f"passed {variant.name}: the kernels_ci tests of relu: 2 ran, 0 skipped"
+    )
+    init = variant / "__init__.py"
+    init.write_text(init.read_text().replace("ops.relu(out, x)", "out.copy_(x)", 1))
+    result = kernel_matrix("test", str(variant), "--kernel-dir", relu, env=hidden)
+    assert result.returncode == 6, result.stdout[-3000:] + result.stderr
+    assert "1 failed" in result.stdout and "needs a GPU" not in result.stdout + result.stderr

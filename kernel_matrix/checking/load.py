@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError
 from kernel_matrix.hostfiles import write_file
 from kernel_matrix.inert import printable
@@ -90,12 +91,9 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
         home = Path(scratch) / "home"
         home.mkdir()
         verdict, output = Path(scratch) / "verdict", Path(scratch) / "output"
-        env = {key: os.environ[key] for key in INHERITED if key in os.environ}
+        # The names it inherits, scrubbed as the kernel's suite's environment is (scrubbed_env).
+        env = scrubbed_environment(home, inherit=INHERITED)
         env |= {
-            "HOME": str(home),
-            "HF_HOME": str(home / "hf"),
-            "HF_TOKEN_PATH": os.devnull,
-            "HF_HUB_OFFLINE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",  # the staged variant is what is published: no __pycache__
             # No GPU, as in kernel-builder's build sandbox: the library is loaded, and the loader's
             # check of the archs against this machine's GPU (a build for another GPU) is not made.

@@ -1,23 +1,29 @@
 """Run the kernel's own test suite against a built variant, as users get it:
 loaded by the real `kernels` loader in a fresh Python process, never by
-importing the kernel's source tree."""
+importing the kernel's source tree. The suite runs in a scrubbed environment
+(scrubbed_env: no secret, a HOME of its own under the build folder) and, on a
+machine without a GPU, its cases that only ask torch for CUDA are reported not
+run (needs_gpu) rather than failed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_matrix.building.variant_dir import render_template
-from kernel_matrix.errors import BuildError, ConfigError, TestFailure
-from kernel_matrix.layout import METADATA, is_built
+from kernel_matrix.checking import needs_gpu
+from kernel_matrix.checking.scrubbed_env import scrubbed_environment
+from kernel_matrix.errors import BuildError, ConfigError, TestFailure, ToolchainError
+from kernel_matrix.layout import CACHE, METADATA, is_built
 from kernel_matrix.planning.capabilities import runs_on
 
 if TYPE_CHECKING:
@@ -27,6 +33,13 @@ if TYPE_CHECKING:
 VARIANT_ENV = "KERNEL_MATRIX_VARIANT_DIR"
 # ...or the installed package (a wheel's) to import.
 INSTALLED_ENV = "KERNEL_MATRIX_INSTALLED_PACKAGE"
+# What the tests' Python must have: pytest runs the suite, which imports torch, and the
+# `kernels` loader loads the variant (LOCAL_KERNELS) as users' get_kernel does.
+SUITE_NEEDS = ("pytest", "torch", "kernels")
+# A wheel's package is imported as pip installed it: no loader.
+INSTALLED_NEEDS = ("pytest", "torch")
+# The plugin's module name on the suite's PYTHONPATH (a copy of needs_gpu.py).
+NEEDS_GPU_PLUGIN = "kernel_matrix_needs_gpu"
 
 
 def resolve_variant_dir(target: str, build_dir: Path) -> Path:
@@ -77,13 +90,50 @@ def run_installed_tests(
     """Run tests_dir against `package` as installed in python's environment (a wheel).
     Skipped, as a variant is, where the GPU there runs none of the archs the wheel's
     metadata.json declares; a note (say) where there is no GPU at all."""
+    check_tools(python, INSTALLED_NEEDS)
     gpu = gpu_check(_installed_metadata(package, python), python)
     if gpu.refusal:
         return Outcome(gpu.refusal, skipped=True)
     if gpu.note:
         say(gpu.note)
-    _run_pytest({INSTALLED_ENV: package}, package, tests_dir, python=python, pytest_args=pytest_args)
+    with tempfile.TemporaryDirectory(prefix="kernel-matrix-home-", ignore_cleanup_errors=True) as home:
+        selection = {INSTALLED_ENV: package}
+        _run_pytest(selection, package, tests_dir, python=python, pytest_args=pytest_args, home=Path(home))
     return Outcome("installed")
+
+
+# Runs in the tests' interpreter: the names of the modules given that it cannot import (exit 1).
+_MISSING_MODULES = """
+import importlib.util, sys
+missing = [name for name in sys.argv[1:] if importlib.util.find_spec(name) is None]
+print(", ".join(missing))
+sys.exit(1 if missing else 0)
+"""
+
+
+def check_tools(python: str | None, needs: Sequence[str]) -> None:
+    """ToolchainError where the tests' Python lacks one of the modules `needs` names: a
+    missing tool (exit 4), not a failed suite."""
+    python = _absolute(python)
+    try:
+        probe = subprocess.run(
+            [python or sys.executable, "-c", _MISSING_MODULES, *needs],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except OSError as exc:
+        raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
+    except subprocess.TimeoutExpired:
+        return  # the suite itself will say what is wrong with that interpreter
+    missing = probe.stdout.strip()
+    if probe.returncode == 1 and missing:
+        which = f"--python {python}" if python else f"the Python running kernel-matrix ({sys.executable})"
+        raise ToolchainError(
+            f"{which} has no {missing}: `kernel-matrix test` runs the kernel's suite with "
+            f"{', '.join(needs[:-1])} and {needs[-1]} in that Python (pip install {missing.replace(',', '')})"
+        )
 
 
 # Runs in the tests' interpreter: the installed package's metadata.json (our wheels ship
@@ -143,7 +193,12 @@ def run_kernel_tests(
     the kernel marks CI tests (`kernels_ci`), only those run. None collected is
     a pass, as upstream's CI takes it. A CUDA variant with no code for the GPU the tests
     would run on (the loader refuses it there) is skipped, saying so; one with no GPU to
-    run on gets a note (say). Returns what ran; raises TestFailure if it failed."""
+    run on gets a note (say). Without a GPU, cases that only ask torch for CUDA are not
+    run (needs_gpu.py says how they are told from failures); where no case ran for that
+    reason, the variant is loaded by the real loader instead. The suite's environment is
+    scrubbed (scrubbed_env), with a HOME of its own under the variant's build folder,
+    made for this run and removed after it. Returns what ran; raises TestFailure if it
+    failed, ToolchainError where the tests' Python lacks pytest, torch or kernels."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
     config = load_build_toml(kernel_dir)
@@ -153,6 +208,7 @@ def run_kernel_tests(
         other = f"; {kernel_dir / 'test'} is there, not read" if (kernel_dir / "test").is_dir() else ""
         # Skipped, not passed: nothing ran (exit 0 all the same, as kernel-builder's CI has nothing to fail).
         return Outcome(f"{config.general.name} has no tests/: nothing to run{other}", skipped=True)
+    check_tools(python, SUITE_NEEDS)
     repo_id = hub_repo_id(config)
     marked = any("kernels_ci" in p.read_text(errors="replace") for p in tests.rglob("*.py"))
     metadata = json.loads((variant_dir / METADATA).read_text())
@@ -168,22 +224,33 @@ def run_kernel_tests(
     if gpu.refusal:
         return Outcome(gpu.refusal, skipped=True)
     if gpu.absent and "cpu" not in config.general.backends:
-        return _load_only(variant_dir, metadata, config, python)
+        backends = json.dumps(config.general.backends)
+        return _load_only(variant_dir, metadata, python, f"general.backends {backends} has no cpu")
     if gpu.note:
         say(gpu.note)
+    kernels = {**(local_kernels or {}), repo_id: variant_dir}
     env = {
         VARIANT_ENV: str(variant_dir),
-        "LOCAL_KERNELS": local_kernels_value({**(local_kernels or {}), repo_id: variant_dir}),
+        "LOCAL_KERNELS": local_kernels_value(kernels),
+        # The kernel's own code, whose CUDA requests stay its failures on a CPU (needs_gpu.py).
+        needs_gpu.KERNEL_CODE_ENV: os.pathsep.join(str(path) for path in kernels.values()),
         # Never the Hub's build instead of this one (a test naming another repo id fails, not downloads).
         "HF_HUB_OFFLINE": "1",
         # The kernel's tests folder is read, never written (it may be someone else's checkout).
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    args = [*(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []), *pytest_args]
+    args = [
+        *(["-m", "kernels_ci", "-o", "markers=kernels_ci: CI tests"] if marked else []),
+        *("-p", NEEDS_GPU_PLUGIN),
+        *pytest_args,
+    ]
     what = f"{'the kernels_ci tests' if marked else 'all tests'} of {config.general.name}"
     # A copy of tests/ in a folder of its own: the kernel's sources (a `relu/` source
     # folder beside tests/) can never shadow the variant under test.
-    with tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="kernel-matrix-tests-") as scratch,
+        _suite_home(variant_dir, Path(scratch)) as home,
+    ):
         copy = Path(scratch) / "tests"
         shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
         # kernel-builder's layout beside it, <kernel>/build/<variant>: suites whose conftest looks
@@ -203,6 +270,7 @@ def run_kernel_tests(
                 variant=repr(str(variant_dir)),
             )
         )
+        shutil.copyfile(needs_gpu.__file__, alias.parent / f"{NEEDS_GPU_PLUGIN}.py")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(alias.parent), os.environ.get("PYTHONPATH")]))
         # Run from the copy's parent, as from a kernel's root: `python -m pytest` puts the
         # working folder on sys.path, where activation's tests/kernels/ would shadow `kernels`.
@@ -211,7 +279,7 @@ def run_kernel_tests(
         report = Path(scratch) / "report.xml"
         args = [f"--junit-xml={report}", *args]
         code = _run_pytest(
-            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch)
+            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch), home=home
         )
         counts = _counts(report)
     if code == NO_TESTS_COLLECTED:
@@ -221,20 +289,57 @@ def run_kernel_tests(
         )
     if counts is None:
         return Outcome(what)
-    ran, skipped = counts
-    if ran == skipped:  # pytest exits 0, and nothing was tested (no GPU for a CUDA-only suite, say)
-        return Outcome(f"{what}: all {ran} skipped, none ran", skipped=True)
-    return Outcome(f"{what}: {ran - skipped} ran, {skipped} skipped")
+    if counts.ran == counts.skipped and counts.need_gpu:
+        which = f"{'all ' if len(counts.need_gpu) == counts.ran else ''}{len(counts.need_gpu)}"
+        cases = f"{which} {'kernels_ci ' if marked else ''}tests of {config.general.name}"
+        return _load_only(variant_dir, metadata, python, f"{cases} ask torch for CUDA: {counts.need_gpu[0]}")
+    if counts.ran == counts.skipped:  # pytest exits 0, and nothing was tested (no GPU for a CUDA-only suite, say)
+        return Outcome(f"{what}: all {counts.ran} skipped, none ran", skipped=True)
+    need_gpu = len(counts.need_gpu)
+    need = f" ({need_gpu} need{'s' if need_gpu == 1 else ''} a GPU: not run on CPU)" if need_gpu else ""
+    return Outcome(f"{what}: {counts.ran - counts.skipped} ran, {counts.skipped} skipped{need}")
 
 
-def _counts(report: Path) -> tuple[int, int] | None:
-    """(tests, skipped) from pytest's JUnit XML report, or None where it is not there."""
+@contextlib.contextmanager
+def _suite_home(variant_dir: Path, fallback: Path) -> Iterator[Path]:
+    """The suite's HOME: a new empty folder under the variant's build folder's .cache (which
+    `clean` removes), so that what the suite's tools cache there (torch, triton) stays on the
+    build's disk; removed after the run. In the scratch folder where that folder cannot be
+    written (a variant somewhere read-only)."""
+    try:
+        parent = variant_dir.parent / CACHE / "suite-home"
+        parent.mkdir(parents=True, exist_ok=True)
+        home = Path(tempfile.mkdtemp(prefix=f"{variant_dir.name}-", dir=parent))
+    except OSError:
+        home = fallback / "home"
+        home.mkdir()
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+class Counts(NamedTuple):
+    """What pytest's JUnit XML report says ran."""
+
+    ran: int
+    skipped: int
+    need_gpu: list[str]  # why, for each case skipped because it needs a GPU (needs_gpu.py)
+
+
+def _counts(report: Path) -> Counts | None:
+    """The counts of pytest's JUnit XML report, or None where it is not there."""
     from xml.etree import ElementTree
 
     try:
         root = ElementTree.parse(report).getroot()
         suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-        return sum(int(s.get("tests", 0)) for s in suites), sum(int(s.get("skipped", 0)) for s in suites)
+        reasons = [s.get("message", "") for suite in suites for s in suite.iter("skipped")]
+        return Counts(
+            sum(int(s.get("tests", 0)) for s in suites),
+            sum(int(s.get("skipped", 0)) for s in suites),
+            [r.removeprefix(needs_gpu.REASON) for r in reasons if r.startswith(needs_gpu.REASON)],
+        )
     except (OSError, ElementTree.ParseError, ValueError):
         return None
 
@@ -282,15 +387,20 @@ def gpu_check(metadata: object, python: str | None) -> GpuCheck:
     )
 
 
-def _load_only(variant_dir: Path, metadata: dict[str, Any], config: BuildConfig, python: str | None) -> Outcome:
-    """A CUDA variant of a kernel that declares no cpu backend, where no GPU is: its suite
-    has nothing it could run (a suite that falls back to CPU tensors calls ops registered
-    for CUDA only, and fails), so the variant is loaded by the real loader instead, with
-    this torch: its library links and registers. The GPU test job runs the suite."""
+def _load_only(variant_dir: Path, metadata: dict[str, Any], python: str | None, reason: str) -> Outcome:
+    """A variant whose suite needs a GPU, where none is (reason: how that is known): a CUDA
+    variant of a kernel that declares no cpu backend (its suite has nothing it could run: one
+    that falls back to CPU tensors calls ops registered for CUDA only, and fails), or a suite
+    whose every case asked torch for CUDA. The variant is loaded by the real loader instead,
+    with this torch: its library links and registers. The GPU test job runs the suite."""
     from kernel_matrix.checking.load import load_check
 
+    backend = metadata.get("backend")
+    kind = backend.get("type") if isinstance(backend, dict) else None
     try:
-        why = load_check(variant_dir, variant_dir.name, python=python or sys.executable, backend="cuda")
+        why = load_check(
+            variant_dir, variant_dir.name, python=python or sys.executable, backend=kind if kind == "cpu" else "cuda"
+        )
     except BuildError as exc:
         raise TestFailure(str(exc).replace("built, but ", "", 1)) from None
     if why and not metadata.get("kernel-depends"):
@@ -298,12 +408,7 @@ def _load_only(variant_dir: Path, metadata: dict[str, Any], config: BuildConfig,
         # not a pass. Only a kernel whose kernel-depends come from the Hub cannot be loaded here.
         raise TestFailure(f"{variant_dir.name}: cannot be loaded here: {why}")
     loaded = f"not loaded ({why})" if why else "loaded by kernels.get_local_kernel"
-    backends = json.dumps(config.general.backends)
-    return Outcome(
-        f"{loaded}; the suite not run: no GPU here, and general.backends {backends} has no cpu "
-        "(its tests need a GPU: run them on one)",
-        skipped=True,
-    )
+    return Outcome(f"{loaded}; suite not run on CPU: needs a GPU ({reason})", skipped=True)
 
 
 def hub_repo_id(config: BuildConfig) -> str:
@@ -336,6 +441,11 @@ def local_kernels_value(variants: Mapping[str, Path]) -> str:
     return ":".join(f"{repo_id}={path}" for repo_id, path in variants.items())
 
 
+def _absolute(python: str | None) -> str | None:
+    """--python as a path from the current folder made absolute: the tests run in another folder."""
+    return str(Path(python).absolute()) if python and os.sep in python else python
+
+
 # pytest's exit code when it collected nothing.
 NO_TESTS_COLLECTED = 5
 
@@ -349,10 +459,11 @@ def _run_pytest(
     pytest_args: Sequence[str],
     allow_empty: bool = False,
     cwd: Path | None = None,
+    home: Path,
 ) -> int:
-    env = {**{k: v for k, v in os.environ.items() if k not in (VARIANT_ENV, INSTALLED_ENV)}, **selection}
-    if python and os.sep in python:
-        python = str(Path(python).absolute())  # the tests run in another folder
+    # No secret, a HOME of its own (home), none of kernel-matrix's settings; then what it tests.
+    env = {**scrubbed_environment(home), **selection}
+    python = _absolute(python)
     argv = [
         python or sys.executable,
         "-m",

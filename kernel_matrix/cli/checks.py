@@ -22,7 +22,7 @@ from kernel_matrix.cli.options import (
     Python,
     selection_of,
 )
-from kernel_matrix.errors import AbiError, ConfigError, KernelMatrixError
+from kernel_matrix.errors import AbiError, ConfigError, ExitCode, KernelMatrixError
 from kernel_matrix.layout import METADATA, BuildDir
 from kernel_matrix.planning.variants import ImageKind
 
@@ -100,7 +100,7 @@ def test(
         verdict = ("skipped", "yellow") if outcome.skipped else ("passed", "green")
         console.print(styled(verdict, f" {variant_dir.name}: {outcome.text}"), soft_wrap=True)
 
-    each_kernel(kernels, test_one)
+    each_kernel(kernels, test_one, mixed=ExitCode.TEST)
 
 
 def _built_host_variant(chosen: Kernel, folder: Path, command: str, *, python: str | None) -> Path:

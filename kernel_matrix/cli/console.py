@@ -11,7 +11,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 from rich.text import Text
 
-from kernel_matrix.errors import BuildError, KernelMatrixError
+from kernel_matrix.errors import BuildError, ExitCode, KernelMatrixError, shared_exit_code
 from kernel_matrix.inert import printable_lines
 
 if TYPE_CHECKING:
@@ -59,20 +59,27 @@ def error(line: str) -> None:
     console.print(styled(("error:", "red"), " ", line), soft_wrap=True)
 
 
-def each_kernel(kernels: list[tuple[Kernel, str | None]], action: Callable[[Kernel, str | None], None]) -> None:
+def each_kernel(
+    kernels: list[tuple[Kernel, str | None]],
+    action: Callable[[Kernel, str | None], None],
+    mixed: ExitCode = ExitCode.BUILD,
+) -> None:
     """action(kernel, subfolder) for each kernel; with several, one kernel's failure
-    is reported and the others still run."""
+    is reported and the others still run, and the run exits with the code their failures
+    share (every suite failed: 6), else `mixed`, the command's own."""
     if len(kernels) == 1:
         action(*kernels[0])
         return
-    failed = []
+    failed: dict[str, ExitCode] = {}
     for kernel, subfolder in kernels:
         console.print(styled((f"== {kernel.name}", "bold"), f" ({kernel.dir})"))
         try:
             action(kernel, subfolder)
         except KernelMatrixError as exc:
-            failed.append(kernel.name)
+            failed[kernel.name] = exc.exit_code
             for line in str(exc).splitlines():
                 error(f"{kernel.name}: {line}")
     if failed:
-        raise BuildError(f"{len(failed)} of {len(kernels)} kernels failed: {', '.join(failed)}")
+        summary = BuildError(f"{len(failed)} of {len(kernels)} kernels failed: {', '.join(failed)}")
+        summary.exit_code = shared_exit_code(failed.values(), mixed)
+        raise summary
