@@ -271,13 +271,13 @@ def test_test_variant_installs_the_running_kernel_matrix_where_it_came_from(orig
     """A development version is on no index: a cell's environment gets kernel-matrix from where the
     running one was installed (PEP 610), else this version from the index."""
     import importlib
-    from importlib import metadata
 
     from kernel_matrix import __version__
 
     test_variant = importlib.import_module("kernel_matrix.cli.test_variant")  # the module, not the command
 
     text = origin.replace("CHECKOUT", str(tmp_path)) if origin else None
-    monkeypatch.setattr(metadata, "distribution", lambda name: type("D", (), {"read_text": lambda self, f: text})())
+    distribution = type("D", (), {"read_text": lambda self, f: text})()
+    monkeypatch.setattr(test_variant, "_running_distribution", lambda: distribution)
     wanted = expected.replace("CHECKOUT", str(tmp_path)) if expected else f"kernel-matrix=={__version__}"
     assert test_variant.running_install() == wanted
