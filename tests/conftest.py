@@ -81,7 +81,8 @@ def img2gray_as(root: Path, name: str, *edit: str) -> Path:
     if edit:
         assert edit[0] in text
         text = text.replace(*edit)
-    toml.write_text(text)
+    # A Hub repo of its own: a matrix refuses two kernels publishing to one.
+    toml.write_text(text.replace('repo-id = "kernel-matrix/img2gray"', f'repo-id = "kernel-matrix/{name}"'))
     (folder / "torch-ext" / "img2gray").rename(folder / "torch-ext" / name.replace("-", "_"))
     return folder
 
@@ -238,9 +239,13 @@ def cli_jobs(profile: str = "full", only: str | None = None, file: Path | None =
     return github_jobs(resolved.github_jobs(resolved.cells))
 
 
-def matrix_text() -> str:
-    """The repository's build_matrix.yaml, its kernel named by absolute path: for copies elsewhere."""
-    return (REPO / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {REPO / 'kernel'}")
+def matrix_text(folder: Path | None = None) -> str:
+    """The repository's build_matrix.yaml (`kernel: kernel`), for a copy written into folder, with
+    the kernel copied to folder/kernel: a matrix names kernel folders inside its own folder only.
+    Without folder, only the text (for matrices refused before their kernel is read)."""
+    if folder is not None and not (folder / "kernel").exists():
+        shutil.copytree(KERNEL_DIR, folder / "kernel", ignore=shutil.ignore_patterns("build", "__pycache__"))
+    return (REPO / "build_matrix.yaml").read_text()
 
 
 def needed_libraries(library: Path) -> list[str]:

@@ -468,6 +468,7 @@ def test_matrix_names_the_edition_4_files_of_a_repository_in_one_line(tmp_path):
     for name in ("gray-a", "gray-b", "gray-c"):
         shutil.copytree(KERNEL_DIR, tmp_path / name, ignore=shutil.ignore_patterns("build", "__pycache__"))
         _edit(tmp_path / name, 'name = "img2gray"', f'name = "{name}"')
+        _edit(tmp_path / name, "kernel-matrix/img2gray", f"kernel-matrix/{name}")  # a Hub repo each
         if name != "gray-c":
             _edit(tmp_path / name, "edition = 5\n", "")
     matrix = (KERNEL_DIR.parent / "build_matrix.yaml").read_text()

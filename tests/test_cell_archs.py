@@ -46,6 +46,11 @@ def blackwell_only(root: Path) -> Path:
 
 def matrix_for(root: Path, kernel: Path, capability: str | None) -> Path:
     """The repository's matrix for `kernel`, its x86_64 GPU runners declared of `capability`."""
+    if not kernel.is_relative_to(root):  # a matrix names kernel folders inside its own folder: a copy
+        copy = root / "repository-kernel"
+        if not copy.exists():
+            shutil.copytree(kernel, copy, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        kernel = copy
     text = (KERNEL_DIR.parent / "build_matrix.yaml").read_text().replace("kernel: kernel", f"kernel: {kernel}")
     text = text.replace("gpu-test-capability:", "# gpu-test-capability:")  # the repository's own, if any
     if capability:

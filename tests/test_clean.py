@@ -37,7 +37,7 @@ def _project(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     (project / "src" / "link").symlink_to(outside.parent)
-    (project / "build_matrix.yaml").write_text(matrix_text())
+    (project / "build_matrix.yaml").write_text(matrix_text(project))
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     subprocess.run(["git", "-C", str(project), "add", "src/pkg/module.py", "build_matrix.yaml"], check=True)
     subprocess.run(["git", "-C", str(project), "add", "-f", "vendored/__pycache__/tracked.pyc"], check=True)
@@ -71,6 +71,7 @@ def test_dry_run_lists_and_removes_nothing(tmp_path):
 
 def test_clean_removes_artifacts_only(tmp_path):
     project, outside = _project(tmp_path)
+    sources = [f"kernel/{name}" for name in _all_files(project / "kernel")]  # the matrix's kernel
     result = kernel_matrix("clean", cwd=project)
     assert result.returncode == 0, result.stderr
     assert _all_files(project) == sorted(
@@ -83,6 +84,7 @@ def test_clean_removes_artifacts_only(tmp_path):
             "src/pkg/module.py",
             "vendored/__pycache__/tracked.pyc",
         ]
+        + sources
     )
     assert (outside / "keep.pyc").is_file() and (project / "src" / "link").is_symlink()
 

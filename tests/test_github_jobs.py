@@ -8,7 +8,7 @@ import os
 from math import ceil
 
 import pytest
-from conftest import REPO, cli_matrix, kernel_matrix
+from conftest import REPO, cli_matrix, kernel_matrix, matrix_text
 
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.github_jobs import github_jobs, plan_jobs
@@ -80,8 +80,9 @@ def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     releases = "\n".join(f'  "2.{m}": {{ pypi: "13.0", cuda: ["12.6", "12.8", "13.0", "13.2"] }}' for m in range(40))
     torch = "\n".join(f'  "2.{m}": all' for m in range(40))
     path = tmp_path / "big.yaml"
+    matrix_text(tmp_path)  # the kernel copied beside it: a matrix names kernel folders inside its own
     path.write_text(
-        f"kernel: {REPO / 'kernel'}\ntorch:\n{torch}\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n"
+        f"kernel: kernel\ntorch:\n{torch}\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n"
         f"  aarch64: {{build-runner: [a], gpu-test-runner: [b]}}\ntorch-releases:\n{releases}\n"
     )
     output = tmp_path / "github_output"

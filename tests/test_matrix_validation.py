@@ -1,6 +1,8 @@
 """Every malformed build_matrix.yaml: one line per problem naming file:LINE:COL,
 exit code 2, no traceback, nothing built."""
 
+import shutil
+
 import pytest
 from conftest import REPO, kernel_matrix
 from hypothesis import HealthCheck, given, settings
@@ -54,7 +56,35 @@ BAD_FILES = [
         "empty runner labels",
         'torch:\n  "2.14": all\narchs:\n  x86_64: {build-runner: [], gpu-test-runner: [b]}\n',
         4,
-        "build-runner",
+        "archs.x86_64.build-runner = []: no runner label",
+    ),
+    (
+        "one runner label, not a list",
+        'torch:\n  "2.14": all\narchs:\n  x86_64:\n    build-runner: ubuntu-24.04\n    gpu-test-runner: [b]\n',
+        5,
+        "archs.x86_64.build-runner = 'ubuntu-24.04': expected a list of runner labels, such as [ubuntu-24.04]",
+    ),
+    (
+        "an empty runner label",
+        'torch:\n  "2.14": all\narchs:\n  x86_64:\n    build-runner: [a]\n'
+        '    gpu-test-runner:\n      - gpu\n      - ""\n',
+        8,
+        "archs.x86_64.gpu-test-runner.1 = '': String should have at least 1 character",
+    ),
+    (
+        "a GitHub-hosted GPU test runner",
+        'torch:\n  "2.14": all\narchs:\n  aarch64:\n    build-runner: [ubuntu-24.04-arm]\n'
+        "    gpu-test-runner: [ubuntu-24.04-arm]\n",
+        6,
+        "archs.aarch64.gpu-test-runner.0 = 'ubuntu-24.04-arm': a GitHub-hosted runner label, and GitHub's hosted "
+        "runners have no GPU",
+    ),
+    (
+        "a GitHub-hosted label among a GPU runner's",
+        'torch:\n  "2.14": all\narchs:\n  x86_64:\n    build-runner: [a]\n    gpu-test-runner:\n'
+        "      - self-hosted\n      - ubuntu-latest\n",
+        8,
+        "archs.x86_64.gpu-test-runner.1 = 'ubuntu-latest': a GitHub-hosted runner label",
     ),
     ("unknown image kind", GOOD + "image: docker\n", 5, "image = 'docker'"),
     (
@@ -164,8 +194,9 @@ def test_cells_the_loader_would_not_load_are_warnings_not_errors(tmp_path):
     assert [c.name for c in matrix.cells] == ["torch101-cxx11-cpu-x86_64-linux", "torch101-cxx11-cu130-x86_64-linux"]
     assert len(matrix.warnings) == 2
     assert matrix.warnings[0].startswith(f"{path}:2:3: warning: the installed kernels loader would not load")
+    shutil.copytree(REPO / "kernel", tmp_path / "kernel", ignore=shutil.ignore_patterns("build", "__pycache__"))
     with path.open("a") as f:
-        f.write(f"kernel: {REPO / 'kernel'}\n")
+        f.write("kernel: kernel\n")  # a folder inside the matrix file's (one outside it is refused)
     result = kernel_matrix("matrix", "--file", str(path), "--json")
     assert result.returncode == 0 and "warning:" in result.stderr, result.stderr
 

@@ -547,3 +547,38 @@ def test_a_card_template_reads_nothing_outside_the_kernel_and_ends_within_its_li
     (kernel / "CARD.md").write_text('{{ ("x" * 10**8) * 100 }}')  # 10 GB
     with pytest.raises(ConfigError, match="it ran past its limits"):
         card_template.render_card_template(config, "org/k", kernel)
+
+
+def test_two_kernels_naming_one_hub_repo_are_refused_before_any_request(hub, token, tmp_path):
+    """A kernel folder `evil/` of a repository of many kernels, whose build.toml names `pure`'s
+    [general.hub] repo-id: published after `pure`, its release replaced pure's variants on pure's
+    branch, and get_kernel("kernel-matrix/pure") loaded evil. Both are built (Python-only kernels:
+    no compile); publish (of both, or of evil alone) refuses with both build.toml lines, exit 2,
+    and the Hub receives no request at all."""
+    from conftest import noarch_kernel
+
+    hub_table = '\n[general.hub]\nrepo-id = "kernel-matrix/pure"\n'
+    project = tmp_path / "project"
+    for name in ("pure", "evil"):
+        noarch_kernel(project, name, '["cpu"]', general=hub_table)
+        built = kernel_matrix(
+            "build", "--kernel-dir", str(project / name), "--build-dir", str(project / "build" / name), cwd=project
+        )
+        assert built.returncode == 0, built.stderr
+        assert (project / "build" / name / "torch-cpu" / "metadata.json").is_file()
+    (project / "build_matrix.yaml").write_text(
+        'kernels: [pure, evil]\ntorch:\n  "2.14": all\narchs:\n  x86_64: {build-runner: [a], gpu-test-runner: [b]}\n'
+    )
+    environment = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HUB_DISABLE_XET": "1"}
+    environment.pop("HF_HUB_DISABLE_TELEMETRY", None)
+    line = 'repo-id = "kernel-matrix/pure"'
+    at = {name: (project / name / "build.toml").read_text().splitlines().index(line) + 1 for name in ("pure", "evil")}
+    for only in ((), ("--kernel", "evil")):
+        result = kernel_matrix("publish", "--allow-partial", *only, cwd=project, env=environment)
+        assert result.returncode == ExitCode.CONFIG, result.stdout + result.stderr
+        (error,) = result.stderr.strip().splitlines()
+        assert error.startswith(
+            f"error: evil/build.toml:{at['evil']}:1: [general.hub] repo-id = 'kernel-matrix/pure' "
+            f"is also the repo of kernel 'pure' (pure/build.toml:{at['pure']}:1)"
+        ), error
+    assert hub.requests == []  # nothing created, planned or uploaded

@@ -223,13 +223,16 @@ def test_verify_reads_the_kernel_from_the_matrix_as_every_command_does(cpu_varia
     else:
         assert result.returncode == ExitCode.CONFIG
         assert f"check it with `kernel-matrix verify {variant.name}`" in result.stderr, result.stderr
+    # Two kernels inside the matrix file's folder (where a matrix's kernels must be), a Hub repo each.
+    shutil.copytree(kernel, tmp_path / "img2gray", ignore=shutil.ignore_patterns("build", "__pycache__"))
     other = tmp_path / "gray-two"
     shutil.copytree(KERNEL_DIR, other, ignore=shutil.ignore_patterns("build", "__pycache__"))
     toml = other / "build.toml"
-    toml.write_text(toml.read_text().replace('name = "img2gray"', 'name = "gray-two"', 1))
+    text = toml.read_text().replace('name = "img2gray"', 'name = "gray-two"', 1)
+    toml.write_text(text.replace("kernel-matrix/img2gray", "kernel-matrix/gray-two", 1))
     runners = "{build-runner: [ubuntu-24.04], gpu-test-runner: [self-hosted, linux, x64, gpu]}"
     (tmp_path / "build_matrix.yaml").write_text(
-        f'kernels: [{kernel}, {other}]\ntorch:\n  "2.14": all\narchs:\n  x86_64: {runners}\n'
+        f'kernels: [img2gray, gray-two]\ntorch:\n  "2.14": all\narchs:\n  x86_64: {runners}\n'
     )
     several = cli_in(tmp_path, "verify", str(variant))
     assert several.returncode == ExitCode.CONFIG, several.stderr

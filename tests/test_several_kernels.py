@@ -50,7 +50,8 @@ def make_kernels(root):
 
 
 def write_matrix(root, kernels, text=None):
-    text = (text or matrix_text()).replace(f"kernel: {REPO / 'kernel'}", "kernels: [" + ", ".join(kernels) + "]")
+    repository = matrix_text(root)  # img2gray copied to root/kernel: a matrix names folders inside its own
+    text = (text or repository).replace("kernel: kernel", "kernels: [" + ", ".join(kernels) + "]")
     (root / "build_matrix.yaml").write_text(text)
     return root / "build_matrix.yaml"
 
@@ -58,7 +59,7 @@ def write_matrix(root, kernels, text=None):
 @pytest.fixture
 def project(tmp_path):
     make_kernels(tmp_path)
-    write_matrix(tmp_path, [str(KERNEL_DIR), "gray-cpu", "gray-stable", "pure"])
+    write_matrix(tmp_path, ["kernel", "gray-cpu", "gray-stable", "pure"])
     return tmp_path
 
 
@@ -201,7 +202,7 @@ def test_check_abi_without_kernel_checks_the_variant_of_every_kernel_that_built_
     from conftest import noarch_kernel
 
     noarch_kernel(project, "silu", '["cpu"]')
-    file = write_matrix(project, [str(KERNEL_DIR), "gray-cpu", "pure", "silu"])
+    file = write_matrix(project, ["kernel", "gray-cpu", "pure", "silu"])
     build = project / "build"
     fake_variant(build / "pure", "torch-cpu")
     fake_variant(build / "silu", "torch-cpu")
@@ -234,7 +235,7 @@ def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     torch = ".".join(__import__("torch").__version__.split(".")[:2])
     text = f'torch:\n  "{torch}": ["13.0"]\ncpu: true\narchs:\n  x86_64: {{build-runner: [a], gpu-test-runner: [b]}}\n'
-    file = write_matrix(tmp_path, [str(KERNEL_DIR), "pure"], f"kernel: {REPO / 'kernel'}\n" + text)
+    file = write_matrix(tmp_path, ["kernel", "pure"], "kernel: kernel\n" + text)
     build = tmp_path / "build"
     common = ("-f", str(file), "--build-dir", str(build))
     result = kernel_matrix("build", *common, "--backend", "cpu", cwd=tmp_path)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from kernel_matrix.config.capability import TargetCapability
+from kernel_matrix.config.github_event import GITHUB_HOSTED_LABEL
 from kernel_matrix.config.section import Section
 
 
@@ -42,14 +43,45 @@ def _cuda_builds(value: object) -> object:
 
 
 CudaBuilds = Annotated[object, BeforeValidator(_cuda_builds)]
-RunnerLabels = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+def _label_list(value: object) -> object:
+    # `build-runner: ubuntu-24.04` (one label, unbracketed) is the likely slip: say what a list is.
+    if not isinstance(value, list):
+        raise ValueError("expected a list of runner labels, such as [ubuntu-24.04] or [self-hosted, linux, x64, gpu]")
+    return value
+
+
+def _some_label(value: object) -> object:
+    if value == []:
+        raise ValueError("no runner label: the arch's builds need a runner, such as [ubuntu-24.04]")
+    return _label_list(value)
+
+
+Label = Annotated[str, Field(min_length=1)]
+RunnerLabels = Annotated[list[Label], BeforeValidator(_some_label)]
+
+
+def _self_hosted(label: str) -> str:
+    """GPU test runners are self-hosted: a GitHub-hosted label (ubuntu-24.04-arm, ubuntu-latest)
+    names a runner with no GPU, where a CUDA suite fails or its GPU cases skip unnoticed, and a
+    self-hosted runner never carries one (docs/runner-host.md)."""
+    if GITHUB_HOSTED_LABEL.fullmatch(label):
+        raise ValueError(
+            "a GitHub-hosted runner label, and GitHub's hosted runners have no GPU: name your self-hosted GPU "
+            "runners' labels, or [] where there is none (CUDA variants tested on CPUs)"
+        )
+    return label
+
+
+GpuLabels = Annotated[list[Annotated[Label, AfterValidator(_self_hosted)]], BeforeValidator(_label_list)]
 
 
 class ArchRunners(Section):
     build_runner: RunnerLabels
     # [] where there is no GPU runner: the arch's CUDA variants are built, tested on CPUs and
     # released without a GPU test (`matrix` warns of it), as cibuildwheel's users test on CPUs.
-    gpu_test_runner: list[Annotated[str, Field(min_length=1)]]
+    gpu_test_runner: GpuLabels
     # The compute capability of the GPU test runners' GPUs ("9.0" for an H100/H200): a
     # variant with no code for it (the loader refuses it there) gets no GPU test job.
     gpu_test_capability: TargetCapability | None = None

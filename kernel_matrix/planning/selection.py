@@ -35,6 +35,7 @@ from kernel_matrix.config.buildtoml import (
     BuildConfig,
     edition_4_note,
     load_build_toml,
+    located,
     no_section_note,
     skipped_note,
 )
@@ -74,10 +75,11 @@ class Kernel:
 
 
 def matrix_kernels(matrix: Matrix) -> list[Kernel]:
-    """The kernels a matrix file names, each folder relative to the file."""
+    """The kernels a matrix file names, each folder relative to the file and inside its folder,
+    each with a Hub repo of its own."""
     kernels: list[Kernel] = []
     for where, entry in matrix.spec.kernel_entries():
-        folder = matrix.path.parent / entry
+        folder = _kernel_folder(matrix, where, entry)
         problem = f"{folder} holds no build.toml (a kernel in kernel-builder's layout)"
         try:
             found = (folder / "build.toml").is_file()
@@ -90,6 +92,7 @@ def matrix_kernels(matrix: Matrix) -> list[Kernel]:
         if any(k.name == kernel.name for k in kernels):
             line, col = matrix.located.position(where)
             raise ConfigError(f"{matrix.path}:{line}:{col}: a second kernel named {kernel.name!r} ({folder})")
+        _check_own_hub_repo(matrix, kernel, kernels)
         kernels.append(kernel)
     by_name = {k.name: k for k in kernels}
     for index, selector in enumerate(matrix.spec.exclude):  # an exclude of one kernel: one of these, and its cells
@@ -105,6 +108,43 @@ def matrix_kernels(matrix: Matrix) -> list[Kernel]:
         if not any(cell_matches(cell, selector) and kernel_cells(excluded, [cell]) for cell in matrix.cells):
             raise ConfigError(f"{matrix.path}:{line}:{col}: exclude.{index} matches no cell of {excluded.name}")
     return kernels
+
+
+def _kernel_folder(matrix: Matrix, where: tuple[str | int, ...], entry: str) -> Path:
+    """The folder of a `kernel:`/`kernels:` entry, which must lie inside the matrix file's folder
+    once `..` and links are resolved: a pull request's matrix names folders of its own
+    repository, never `../other-checkout`, `/home/runner/...` or a link out of the tree."""
+    base = matrix.path.parent
+    folder = base / entry
+    try:
+        resolved, root = folder.resolve(), base.resolve()
+    except (OSError, RuntimeError):  # a link loop (Python 3.10): no folder, as the check below says
+        return folder
+    if resolved == root or resolved.is_relative_to(root):
+        return folder
+    line, col = matrix.located.position(where)
+    raise ConfigError(
+        f"{matrix.path}:{line}:{col}: {'.'.join(map(str, where))} = {entry!r}: leads to {resolved}, outside "
+        f"{root}, the matrix file's folder ('..', an absolute path or a link): name a kernel folder inside it"
+    )
+
+
+def _check_own_hub_repo(matrix: Matrix, kernel: Kernel, earlier: list[Kernel]) -> None:
+    """One Hub repo per kernel: a kernel naming another's [general.hub] repo-id would publish
+    over that kernel's release (its variants deleted, get_kernel loading the other kernel), and
+    a different version or [general.hub] branch would still take that repo's card on main and
+    its other versions. Compared as the Hub compares repo names, ignoring case."""
+    repo_id = kernel.config.general.hub.repo_id
+    if not repo_id:
+        return
+    other = next((k for k in earlier if (k.config.general.hub.repo_id or "").casefold() == repo_id.casefold()), None)
+    if other is None:
+        return
+    raise ConfigError(
+        f"{located(kernel.dir, 'general', 'hub', 'repo-id')}: [general.hub] repo-id = {repo_id!r} is also the "
+        f"repo of kernel {other.name!r} ({located(other.dir, 'general', 'hub', 'repo-id')}): each kernel of "
+        f"{matrix.path} publishes to a Hub repo of its own (one would replace the other's release)"
+    )
 
 
 def cells_of_kernel(matrix: Matrix, kernel: Kernel, grid: list[Cell]) -> list[Cell]:

@@ -32,6 +32,7 @@ def github_run(tmp_path, event_name, head="someone/kernel"):
 
 
 def write(tmp_path, text):
+    matrix_text(tmp_path)  # the kernel it names, copied beside it
     path = tmp_path / "build_matrix.yaml"
     path.write_text(text)
     return path

@@ -124,7 +124,7 @@ def test_clean_outside_a_git_checkout_removes_nothing(tmp_path):
     folder = victim(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (elsewhere / "build_matrix.yaml").write_text(matrix_text())
+    (elsewhere / "build_matrix.yaml").write_text(matrix_text(elsewhere))
     before = snapshot(tmp_path)
     for dry in ([], ["--dry-run"]):
         result = kernel_matrix(
@@ -138,7 +138,7 @@ def test_clean_outside_a_git_checkout_removes_nothing(tmp_path):
 def test_clean_refuses_a_build_dir_at_or_above_the_project(tmp_path, build_dir):
     project = victim(tmp_path) / "project"
     project.mkdir()
-    (project / "build_matrix.yaml").write_text(matrix_text())
+    (project / "build_matrix.yaml").write_text(matrix_text(project))
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     before = snapshot(tmp_path)
     result = kernel_matrix("clean", "--build-dir", build_dir, cwd=project)
