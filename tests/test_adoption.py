@@ -19,8 +19,9 @@ The matrix is narrowed to one cell for time: torch 2.13's CPU build, whose wheel
 this host has, served by a local mirror of the PyTorch index (a trusted run may
 choose one), in the offline builder. The mirror's address is the same in every run,
 so that builder image is made once per machine, as CI keeps its images; and the
-build job's actions/cache step keeps its objects between this module's runs, as
-GitHub keeps them between a repository's, so a cell built before compiles nothing."""
+build job's cache steps (actions/cache/restore and save) keep its objects between
+this module's runs, as GitHub keeps them between a repository's, where the workflow
+uses them (pushes and pull requests; a tag's release build compiles cold)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -127,9 +127,11 @@ class ActionsCache:
     def __init__(self, root: Path):
         self.root = root
         self.entries: dict[str, Path] = {}  # key: the saved copy, oldest first
+        self.restored: list[str | None] = []  # each restore step's entry (None: none found)
+        self.saved: list[str] = []  # each save step's key
 
-    def restore(self, spec: dict, context: dict, workspace: Path) -> Callable[[], None]:
-        """The step's restore; returns its post step's save."""
+    def restore(self, spec: dict, context: dict, workspace: Path) -> dict[str, str]:
+        """actions/cache/restore: the entry of the key, else the newest of a restore-key; its outputs."""
         options = {name: render(value, context) for name, value in spec["with"].items()}
         key, path = options["key"], workspace / options["path"]
         prefixes = [p.strip() for p in (options.get("restore-keys") or "").splitlines() if p.strip()]
@@ -138,13 +140,18 @@ class ActionsCache:
         found = found or next((k for p in prefixes for k in newest_first if k.startswith(p)), None)
         if found is not None:
             shutil.copytree(self.entries[found], path, symlinks=True, dirs_exist_ok=True)
+        self.restored.append(found)
+        return {"cache-hit": "true" if found == key else "false", "cache-primary-key": key}
 
-        def save() -> None:
-            if key not in self.entries and path.is_dir():
-                self.entries[key] = self.root / str(len(self.entries))
-                shutil.copytree(path, self.entries[key], symlinks=True)
-
-        return save
+    def save(self, spec: dict, context: dict, workspace: Path) -> None:
+        """actions/cache/save: the path under the key, unless an entry has that key."""
+        options = {name: render(value, context) for name, value in spec["with"].items()}
+        key, path = options["key"], workspace / options["path"]
+        assert key, "actions/cache/save needs a key"
+        if key not in self.entries and path.is_dir():
+            self.entries[key] = self.root / str(len(self.entries))
+            shutil.copytree(path, self.entries[key], symlinks=True)
+        self.saved.append(key)
 
 
 @pytest.fixture(scope="module")
@@ -219,18 +226,20 @@ class Runner:
     def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
         workspace = self.workspace(name + (f"-{matrix['job']}" if matrix else ""))
         github = self.context["github"] | {"workspace": str(workspace)}
-        context = self.context | {"github": github, "matrix": matrix or {}}
+        context = self.context | {"github": github, "matrix": matrix or {}, "steps": {}}
         outputs: dict[str, str] = {}
         wheels_skipped = False
-        post_steps: list[Callable[[], None]] = []
         for s in self.jobs[name]["steps"]:
             if not runs(s, context):
                 continue
             uses = s.get("uses", "")
             if uses.startswith(SKIPPED_USES):
                 continue
-            if uses.startswith("actions/cache@"):
-                post_steps.append(self.cache.restore(s, context, workspace))
+            if uses.startswith("actions/cache/restore@"):
+                context["steps"][s["id"]] = {"outputs": self.cache.restore(s, context, workspace)}
+                continue
+            if uses.startswith("actions/cache/save@"):
+                self.cache.save(s, context, workspace)
                 continue
             if uses.startswith("actions/upload-artifact@"):
                 if wheels_skipped and s["with"]["name"].startswith("wheel-"):
@@ -261,8 +270,6 @@ class Runner:
                     key, _, value = line.partition("=")
                     outputs[key] = value
                 output.unlink()
-        for post in post_steps:
-            post()
         return outputs
 
     def run(self) -> None:
