@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import CORPUS, REPO, needs_corpus
+from github_standin import GitHub, snapshot_commit, stand_in
 from hubserver import HubServer
 from test_workflows import download, load, render, runs, upload
 
@@ -73,6 +74,22 @@ def installed(tmp_path_factory) -> Path:
     ).stdout
     assert where.startswith(str(site)), where  # the wheel's copy, not this checkout
     return venv
+
+
+@pytest.fixture(scope="module")
+def github(tmp_path_factory) -> tuple[GitHub, str]:
+    """kernel-matrix's repository on GitHub, stood in for by a local bare repository (git's insteadOf,
+    github_standin.py), and its commit holding this checkout as it is, which init pins: the jobs'
+    install step then installs this checkout's code from git at that commit, as written."""
+    github = stand_in(tmp_path_factory.mktemp("github"))
+    return github, snapshot_commit(github)
+
+
+@pytest.fixture
+def on_github(github, monkeypatch) -> tuple[GitHub, str]:
+    """init, and every step the Runner runs (pip's git among them), read GitHub through the stand-in."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(github[0].config))
+    return github
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +204,10 @@ class Runner:
         caller_context = {"github": github, "inputs": {}, "secrets": {"HF_TOKEN": "hf_test_token"}}
         called = {name: spec.get("default") for name, spec in self.workflow["on"]["workflow_call"]["inputs"].items()}
         called |= {name: render(value, caller_context) for name, value in self.job.get("with", {}).items()}
+        # kernel-matrix is installed from git at the pinned commit (or, in kernel-matrix's own repository,
+        # from its checkout), never by a package name.
+        pinned = f"git+https://github.com/{path.split('/.github/')[0]}@{ref}"
+        assert called["kernel-matrix"] in (".", pinned), called["kernel-matrix"]
         secrets = {name: render(value, caller_context) for name, value in self.job.get("secrets", {}).items()}
         self.context = {"github": github, "inputs": called, "secrets": secrets, "status": "success", "results": {}}
         self.context["env"] = {name: render(value, self.context) for name, value in self.workflow["env"].items()}
@@ -220,7 +241,8 @@ class Runner:
         }
         for name, value in {**self.context["env"], **step_env}.items():
             env[name] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-        # `kernel-matrix==<this release>` is on no index here: pip finds it installed in the venv.
+        # The install step's `git+https://github.com/...@COMMIT` reaches the stand-in for GitHub through
+        # GIT_CONFIG_GLOBAL (os.environ's, set by on_github): pip builds this checkout's code at that commit.
         return env
 
     def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
@@ -312,24 +334,33 @@ RELU_CHECK = "x = torch.randn(64, 64); torch.testing.assert_close(kernel.relu(x)
 
 
 def adopt(
-    folders: dict[str, Path], tmp_path: Path, installed: Path, mirror: Path
+    folders: dict[str, Path], tmp_path: Path, installed: Path, mirror: Path, pinned: str
 ) -> tuple[Path, subprocess.CompletedProcess]:
-    """A fresh repository holding the kernels, and `kernel-matrix init` run in it."""
+    """A fresh repository holding the kernels, and `kernel-matrix init` run in it, pinning the commit
+    of kernel-matrix's stand-in repository that holds this checkout."""
     repository = tmp_path / "repository"
     for name, source in folders.items():
         shutil.copytree(source, repository / name, ignore=shutil.ignore_patterns("__pycache__"))
     init = subprocess.run(
-        [installed / "bin" / "kernel-matrix", "init"], cwd=repository, capture_output=True, text=True, check=False
+        [installed / "bin" / "kernel-matrix", "init", "--ref", pinned],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert init.returncode == 0, init.stdout + init.stderr
+    # The jobs' install step is what puts kernel-matrix in their environment (pip would take the wheel's
+    # copy for the pinned one, of the same version): from git at the commit init pinned.
+    subprocess.run([installed / "bin" / "python", "-m", "pip", "uninstall", "-q", "-y", "kernel-matrix"], check=True)
     narrow(repository / "build_matrix.yaml", mirror)
     git_repository(repository)
     return repository, init
 
 
 @needs_corpus
-def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
-    repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror)
+def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path, on_github):
+    _, pinned = on_github
+    repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror, pinned)
     caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
     with HubServer(trusted_orgs=["kernels-community"]) as hub:
@@ -341,12 +372,17 @@ def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine
         loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, installed / "bin" / "python")
     assert f"/build/{VARIANT}/" in loaded
     assert [r.split(":")[0] for r in runner.ran].count("test-cpu") >= 1
+    # The jobs installed kernel-matrix from git at the pinned commit (pip records where from).
+    (direct_url,) = (installed / "lib").glob("python3*/site-packages/kernel_matrix-*.dist-info/direct_url.json")
+    assert json.loads(direct_url.read_text())["vcs_info"]["commit_id"] == pinned
 
 
 @needs_corpus
-def test_a_repository_of_several_kernels_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path):
+def test_a_repository_of_several_kernels_adopts_kernel_matrix(
+    installed, mirror, engine, actions_cache, tmp_path, on_github
+):
     kernels = {"relu": CORPUS / "kernels-community" / "relu", "einops": CORPUS / "kernels-community" / "einops"}
-    repository, _ = adopt(kernels, tmp_path, installed, mirror)
+    repository, _ = adopt(kernels, tmp_path, installed, mirror, on_github[1])
     assert sorted(yaml.safe_load((repository / "build_matrix.yaml").read_text())["kernels"]) == ["einops", "relu"]
     caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     with HubServer(trusted_orgs=["kernels-community"]) as hub:

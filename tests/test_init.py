@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import COMMUNITY, REPO, img2gray_as, img2gray_copies, kernel_matrix, needs_corpus
+from github_standin import GitHub, git, stand_in
 
 import kernel_matrix as package
 
@@ -22,6 +23,23 @@ DEFAULT = REPO / "kernel_matrix" / "data" / "default_matrix.yaml"
 RELEASE = yaml.safe_load((REPO / "kernel_matrix" / "data" / "release.yaml").read_text())
 BIN = Path(sys.executable).parent
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
+
+
+@pytest.fixture(scope="session")
+def github(tmp_path_factory) -> GitHub:
+    return stand_in(tmp_path_factory.mktemp("github"))
+
+
+# The commit init pins where a test does not ask for the release's (pinned_by_default).
+PINNED: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def on_github(github, monkeypatch) -> GitHub:
+    """Every init of this module checks its pin against the stand-in for GitHub."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(github.config))
+    PINNED["commit"] = github.head
+    return github
 
 
 @pytest.fixture
@@ -49,7 +67,7 @@ def test_the_release_is_this_version_or_this_is_a_development_version_after_it()
     for release.yaml) or a development version after it, which never claims a released number."""
     from packaging.version import Version
 
-    assert set(RELEASE) == {"repository", "commit", "version", "workflows"}
+    assert set(RELEASE) == {"repository", "commit", "version"}  # init reads the workflows at the commit itself
     assert re.fullmatch(r"[\w-]+/[\w.-]+", RELEASE["repository"]) and re.fullmatch(r"[0-9a-f]{40}", RELEASE["commit"])
     assert f'version = "{package.__version__}"' in (REPO / "pyproject.toml").read_text()
     ours, released = Version(package.__version__), Version(RELEASE["version"])
@@ -64,16 +82,9 @@ def test_the_release_is_this_version_or_this_is_a_development_version_after_it()
         ["git", "show", f"{RELEASE['commit']}:pyproject.toml"], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert f'version = "{RELEASE["version"]}"' in pinned.stdout, "the pinned commit is not that version's"
-    # The reusable workflows init may call at the pin: exactly those the commit holds.
-    listed = subprocess.run(
-        ["git", "ls-tree", "--name-only", RELEASE["commit"], ".github/workflows/"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    held = sorted(Path(name).name for name in listed if Path(name).name.startswith("reusable-"))
-    assert sorted(RELEASE["workflows"]) == held, held
+    # On this checkout's branch: a commit of kernel-matrix's own history, not one of a fork.
+    ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", RELEASE["commit"], "HEAD"], cwd=REPO, check=False)
+    assert ancestor.returncode == 0, f"{RELEASE['commit']} is not in this branch's history"
     if ours == released:  # the release itself: what the pin runs is this code
         changed = subprocess.run(
             ["git", "diff", "--name-only", RELEASE["commit"], "--", "kernel_matrix", ".github", "pyproject.toml"],
@@ -139,7 +150,11 @@ def test_build_test_check_abi_and_clean_from_a_kernels_folder(relu, object_cache
 # --- init -----------------------------------------------------------------------------------------------------------
 
 
-def init(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def init(*args: str, cwd: Path, pinned_by_default: bool = False) -> subprocess.CompletedProcess:
+    """kernel-matrix init; without --ref, at this checkout's commit on the stand-in for GitHub (which
+    a shallow clone has too), unless pinned_by_default: at the release's (data/release.yaml)."""
+    if "--ref" not in args and not pinned_by_default:
+        args = (*args, "--ref", PINNED["commit"])
     result = kernel_matrix("init", *args, cwd=cwd)
     result.stderr = without_release_note(result.stderr)
     return result
@@ -154,15 +169,23 @@ def without_release_note(stderr: str) -> str:
 
 
 @needs_corpus
-def test_init_writes_a_matrix_and_a_pinned_caller(relu):
-    result = init(cwd=relu)
+def test_init_writes_a_matrix_and_a_pinned_caller(relu, github):
+    """By default, the release's commit, checked on GitHub: `uses:` and the kernel-matrix every job
+    installs name that one commit (from git, never a package name), with its version beside it."""
+    github.needs_release()
+    result = init(cwd=relu, pinned_by_default=True)
     assert result.returncode == 0, result.stderr
     assert "wrote build_matrix.yaml" in result.stdout and "HF_TOKEN" in result.stdout and "hub" in result.stdout
     assert "note:" not in result.stderr  # its full profile runs as written
     matrix = yaml.safe_load((relu / "build_matrix.yaml").read_text())
     default = yaml.safe_load(DEFAULT.read_text())
-    assert matrix["kernel"] == "." and matrix["torch"] == default["torch"] and matrix["archs"] == default["archs"]
-    assert "EDIT these labels" in (relu / "build_matrix.yaml").read_text()
+    assert matrix["kernel"] == "." and matrix["torch"] == default["torch"]
+    # The default's GitHub-hosted build runners; no GPU runner the author did not name.
+    assert matrix["archs"] == {
+        arch: {"build-runner": runners["build-runner"], "gpu-test-runner": []}
+        for arch, runners in default["archs"].items()
+    }
+    assert matrix["exclude"] == []
     # The written matrix is the default's grid: the same cells as without it.
     with_file = cells(cwd=relu)
     (relu / "build_matrix.yaml").rename(relu / "written.yaml")
@@ -179,25 +202,35 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu):
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}"
     assert f"@{RELEASE['commit']}  # v{RELEASE['version']}\n" in text
     assert job["permissions"] == {"contents": "write"}
-    assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run"}
+    assert job["with"]["kernel-matrix"] == f"git+https://github.com/{RELEASE['repository']}@{RELEASE['commit']}"
+    assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run", "kernel-matrix"}
     assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
-    # The daily check only where the pinned release has its reusable workflow (0.1.0 has not).
+    # The daily check only where the pinned commit has its reusable workflow (0.1.0's has not).
     daily = relu / ".github" / "workflows" / "kernel-matrix-upstream.yml"
-    assert daily.exists() == ("reusable-upstream.yml" in RELEASE["workflows"])
+    held = git("ls-tree", "--name-only", RELEASE["commit"], ".github/workflows/", cwd=REPO).split()
+    assert daily.exists() == (".github/workflows/reusable-upstream.yml" in held)
+    # From a development version, which release the workflow runs (init() strips the note).
+    for written in (relu / "written.yaml", relu / WORKFLOW):
+        written.unlink()
+    again = kernel_matrix("init", cwd=relu)
+    note = f"{RELEASE_NOTE}{RELEASE['version']} (commit {RELEASE['commit'][:12]})"
+    assert (note in again.stderr) == (package.__version__ != RELEASE["version"]), again.stderr
 
 
 @needs_corpus
-def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu):
+def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu, github):
     """At a pin that has reusable-upstream.yml: a file of its own (GitHub disables a public repository's
     scheduled workflows after 60 days without activity, and the build must not go with it), daily at a
     minute of the repository's own, with the build workflow's pin and install."""
-    commit = "c" * 40
+    commit = github.head
     assert init("--ref", commit, cwd=relu).returncode == 0
     workflows = relu / ".github" / "workflows"
-    daily = yaml.safe_load((workflows / "kernel-matrix-upstream.yml").read_text())
+    text = (workflows / "kernel-matrix-upstream.yml").read_text()
+    daily = yaml.safe_load(text)
     assert set(daily[True]) == {"schedule", "workflow_dispatch"} and daily["permissions"] == {}
     (job,) = daily["jobs"].values()
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-upstream.yml@{commit}"
+    assert f"@{commit}  # v{package.__version__}\n" in text  # the version that commit's pyproject.toml names
     assert job["permissions"] == {"contents": "read"} and "secrets" not in job
     assert job["with"] == {
         "matrix-file": "build_matrix.yaml",
@@ -207,10 +240,11 @@ def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu):
     assert "schedule" not in build[True]
     (cron,) = daily[True]["schedule"]
     from kernel_matrix.cli.init import upstream_text
+    from kernel_matrix.cli.init_pin import Pin
 
+    pin = Pin("o/r", commit, "1.0", frozenset({"reusable-build.yml", "reusable-upstream.yml"}))
     minutes = {
-        yaml.safe_load(upstream_text("o/r", commit, None, name))[True]["schedule"][0]["cron"]
-        for name in ("relu", "rotary", "maxsim")
+        yaml.safe_load(upstream_text(pin, name))[True]["schedule"][0]["cron"] for name in ("relu", "rotary", "maxsim")
     }
     assert len(minutes) == 3 and cron["cron"] in minutes  # relu's, and not every repository's
 
@@ -374,7 +408,7 @@ def test_init_refuses_a_folder_without_kernels_and_bad_options(tmp_path):
         ((), "holds no build.toml"),
         (("nope",), "nope: not a folder"),
         (("--repository", "a b"), "--repository 'a b': expected OWNER/NAME"),
-        (("--ref", "main..x"), "--ref 'main..x': expected a commit or tag"),
+        (("--ref", "main..x"), "--ref 'main..x': expected a commit, tag or branch"),
         (("--ref", "86ef390"), "--ref '86ef390': a commit is pinned by its full 40-character SHA"),
     ]:
         result = init(*args, cwd=tmp_path)
@@ -382,31 +416,47 @@ def test_init_refuses_a_folder_without_kernels_and_bad_options(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def remove_written(repository: Path) -> None:
+    (repository / "build_matrix.yaml").unlink()
+    shutil.rmtree(repository / ".github")
+
+
 @needs_corpus
-def test_init_takes_another_repository_and_ref(relu):
-    assert init("--repository", "me/fork", "--ref", "v0.2.0", cwd=relu).returncode == 0
+def test_init_takes_another_repository_and_a_tag_which_it_pins_by_its_commit(relu, github, tmp_path):
+    """--repository and a --ref that is a tag: what the caller runs is the commit the tag names now (a tag
+    can be moved), said in one line; uses: and the install name that commit, in that repository."""
+    fork = tmp_path / "fork.git"
+    git("clone", "--quiet", "--bare", str(github.bare), str(fork))
+    git("tag", "-a", "-m", "a release", "release-7", github.head, cwd=fork)  # an annotated tag: its commit is peeled
+    github.serve("me/fork", fork)
+    result = init("--repository", "me/fork", "--ref", "release-7", cwd=relu)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "release-7" in line] == [
+        f"note: --ref release-7: a tag of me/fork, which can move: pinned the commit it names now, {github.head} "
+        "(give that SHA to pin it yourself)"
+    ]
     text = (relu / WORKFLOW).read_text()
-    assert "uses: me/fork/.github/workflows/reusable-build.yml@v0.2.0\n" in text  # no version comment: not ours
-    # That ref's workflow would install kernel-matrix of its version from PyPI, which a commit between
-    # releases is not: the caller installs kernel-matrix from the same repository and ref.
-    for job in yaml.safe_load(text)["jobs"].values():
-        assert job["with"]["kernel-matrix"] == "git+https://github.com/me/fork@v0.2.0"
+    assert f"uses: me/fork/.github/workflows/reusable-build.yml@{github.head}  # v{package.__version__}\n" in text
+    assert "release-7" not in text
+    for path in (relu / ".github" / "workflows").glob("*.yml"):
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            assert job["uses"].startswith("me/fork/") and job["uses"].endswith(f"@{github.head}")
+            assert job["with"]["kernel-matrix"] == f"git+https://github.com/me/fork@{github.head}"
 
 
 @needs_corpus
-def test_init_builds_pushes_to_the_branch_checked_out_and_says_when_it_is_not_a_release(relu):
+def test_init_builds_pushes_to_the_branch_checked_out(relu):
     subprocess.run(["git", "init", "-q", "-b", "master", str(relu)], check=True)
     result = init(cwd=relu)
     assert result.returncode == 0, result.stderr
     workflow = yaml.safe_load((relu / WORKFLOW).read_text())
     assert workflow[True]["push"]["branches"] == ["master"]
     assert "Pushes to master (the branch checked out) and v* tags build" in result.stdout
-    assert "kernel-matrix" not in workflow["jobs"]["kernel-matrix"]["with"]  # the release's own install
     assert "deployment branches and tags master and v*" in result.stdout
     assert "Add build/ to .gitignore" in result.stdout  # a repository that does not ignore it yet
+    assert f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{PINNED['commit']}" in result.stdout
     (relu / ".gitignore").write_text("build/\n")
-    (relu / WORKFLOW).unlink()
-    (relu / "build_matrix.yaml").unlink()
+    remove_written(relu)
     # A clone: origin's default branch, not the feature branch init runs on.
     subprocess.run(["git", "-C", str(relu), "checkout", "-q", "-b", "add-kernel-matrix"], check=True)
     subprocess.run(
@@ -416,13 +466,6 @@ def test_init_builds_pushes_to_the_branch_checked_out_and_says_when_it_is_not_a_
     assert "Add build/ to .gitignore" not in cloned.stdout
     assert yaml.safe_load((relu / WORKFLOW).read_text())[True]["push"]["branches"] == ["trunk"]
     assert "Pushes to trunk (origin's default branch)" in cloned.stdout
-    assert f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}" in result.stdout
-    # The note itself (init() strips it): from a development version, which release the workflow runs.
-    (relu / WORKFLOW).unlink()
-    (relu / "build_matrix.yaml").unlink()
-    again = kernel_matrix("init", cwd=relu)
-    note = f"{RELEASE_NOTE}{RELEASE['version']} (commit {RELEASE['commit'][:12]})"
-    assert (note in again.stderr) == (package.__version__ != RELEASE["version"]), again.stderr
 
 
 def tool(name: str) -> str:
@@ -434,12 +477,12 @@ def tool(name: str) -> str:
 
 @needs_corpus
 @pytest.mark.parametrize("pin", ["release", "a later commit"])
-def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call(relu, pin):
+def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call(relu, pin, github):
     """Each written workflow lints clean, also against the reusable workflows it calls as they are at its
     pin: the release's commit (so a caller never names a workflow or input its release lacks), or, for
-    --ref, this checkout's."""
-    head = "d" * 40
-    assert init(*(["--ref", head] if pin != "release" else []), cwd=relu).returncode == 0
+    --ref, this checkout's commit."""
+    pinned = github.needs_release() if pin == "release" else github.head
+    assert init(cwd=relu, pinned_by_default=pin == "release").returncode == 0
     workflows = relu / ".github" / "workflows"
     written = sorted(p.relative_to(relu) for p in workflows.glob("*.yml"))
     assert Path(".github/workflows/kernel-matrix.yml") in written
@@ -453,20 +496,15 @@ def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call
     # from the repository's root, which it knows by .git: without one it checks nothing.
     subprocess.run(["git", "init", "-q"], cwd=relu, check=True)
     for reusable in ("reusable-build.yml", "reusable-upstream.yml"):
-        if pin == "release":
-            held = subprocess.run(
-                ["git", "show", f"{RELEASE['commit']}:.github/workflows/{reusable}"],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if held.returncode == 0:
-                (workflows / reusable).write_text(held.stdout)
-            elif (REPO / ".git" / "shallow").exists():
-                pytest.skip("a shallow clone: the pinned commit is not here")
-        else:
-            shutil.copy(REPO / ".github" / "workflows" / reusable, workflows / reusable)
+        held = subprocess.run(
+            ["git", "show", f"{pinned}:.github/workflows/{reusable}"],
+            cwd=github.bare,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if held.returncode == 0:
+            (workflows / reusable).write_text(held.stdout)
     for caller in written:
         text = (relu / caller).read_text()
         local = re.sub(r"uses: \S+/(\.github/workflows/[\w-]+\.yml)@\S+", r"uses: ./\1", text)
@@ -539,7 +577,11 @@ def test_init_finishes_when_its_reader_stops_reading(tmp_path):
     os.close(read)  # gone before the first line: every write meets EPIPE
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "kernel_matrix", "init"], cwd=kernel, stdout=write, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", "kernel_matrix", "init", "--ref", PINNED["commit"]],
+            cwd=kernel,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
         )
     finally:
         os.close(write)

@@ -3,15 +3,18 @@
 It writes these files, never over an existing one:
 - build_matrix.yaml: `kernel: .` (a build.toml in DIR) or `kernels:` (the folders
   below DIR that hold one), the torch minors of the default grid within their
-  [torch] minver/maxver, the default runner labels to edit;
+  [torch] minver/maxver, GitHub-hosted build runners, GPU test runners only where
+  --gpu-runner names them, and the excludes the kernels' compiler flags need;
 - .github/workflows/kernel-matrix.yml: a caller of kernel-matrix's reusable build
-  workflow, pinned at the commit of the latest release (data/release.yaml);
+  workflow, pinned at one commit (the latest release's, data/release.yaml, or
+  --ref's), which installs kernel-matrix from that commit (init_pin.py);
 - .github/workflows/kernel-matrix-upstream.yml: the daily check for torch releases
   the matrix lacks, at the same pin, where that commit has its reusable workflow.
 
 All come from fixed templates (templates/*.in) whose only variable parts are
 YAML scalars and blocks written by yaml.safe_dump; the result is parsed back and
-checked before anything is written."""
+checked before anything is written. init reads and writes nothing through a link
+out of DIR."""
 
 from __future__ import annotations
 
@@ -29,46 +32,47 @@ import yaml
 from packaging.version import Version
 
 from kernel_matrix import __version__
+from kernel_matrix.cli import init_runners
 from kernel_matrix.cli.console import console, stdout, styled
-from kernel_matrix.config.buildtoml import BuildConfig, load_build_toml
+from kernel_matrix.cli.init_pin import REUSABLE, Pin, resolve
+from kernel_matrix.cli.init_search import MATRIX, default_spec, find_kernels, torch_minors
+from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.config.flake import TORCH_VERSIONS, flake_line
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.github_jobs import batching
 from kernel_matrix.planning.selection import Selection
 
-MATRIX = Path("build_matrix.yaml")
 WORKFLOW = Path(".github/workflows/kernel-matrix.yml")
-REUSABLE = "reusable-build.yml"
 UPSTREAM = "reusable-upstream.yml"
 UPSTREAM_WORKFLOW = Path(".github/workflows/kernel-matrix-upstream.yml")
-# How deep below DIR kernel folders are looked for (kernels-community/<kernel>/build.toml is 1).
-SEARCH_DEPTH = 3
-# Folders that hold no kernel of the repository: build output, environments, dependencies.
-NOT_KERNELS = {"build", "dist", "node_modules", "venv", "__pycache__"}
-REPOSITORY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+# GitHub's rules: an owner is letters, digits and single inner hyphens, 39 at most; a
+# repository name letters, digits, '.', '_' and '-', 100 at most, here not starting with '.'
+# or '-' (never '.' or '..', a path; and what reusable-build.yml takes as its install's URL).
+OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 # A commit, a tag or a branch: git's ref characters, without '..', '@{' or a leading '-' or '/'.
 REF = re.compile(r"^(?!.*\.\.)(?!.*@\{)(?![-/.])[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # An abbreviated commit, which GitHub does not take as a reusable workflow's ref.
 SHORT_COMMIT = re.compile(r"^[0-9a-f]{7,39}$")
+# Where the Hub says who may create `kernel`-type repositories (kernel-builder's docs: the
+# owning user or organization needs kernel-creation access, "Request Kernels Creation").
+HUB_KERNEL_ACCESS = "https://huggingface.co/settings/account"
 
 
 @dataclass(frozen=True)
 class Release:
-    """Where the reusable workflows of the latest release live (data/release.yaml)."""
+    """The latest release of kernel-matrix (data/release.yaml): the commit init pins by default."""
 
     repository: str
     commit: str
     version: str
-    workflows: tuple[str, ...]  # the reusable workflows that commit holds
 
     @staticmethod
     def packaged() -> Release:
         from kernel_matrix.data import load
 
         data = load("release")
-        workflows = tuple(str(name) for name in data["workflows"])
-        return Release(str(data["repository"]), str(data["commit"]), str(data["version"]), workflows)
+        return Release(str(data["repository"]), str(data["commit"]), str(data["version"]))
 
 
 def init(
@@ -81,47 +85,80 @@ def init(
     ] = None,
     ref: Annotated[
         str | None,
-        typer.Option(help="The commit (or tag) of that workflow to pin (default: this release's commit)."),
+        typer.Option(
+            help="The commit of that repository to pin, by its full SHA, or a tag or branch, which init resolves to "
+            "the commit it names (default: this release's commit). Checked on GitHub."
+        ),
+    ] = None,
+    gpu_runner: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu-runner",
+            metavar="ARCH=LABEL[,LABEL...]",
+            help="The labels of your self-hosted GPU runners for an arch (x86_64, aarch64), which test its CUDA "
+            "variants; once per arch. None by default: CUDA variants are tested on CPUs.",
+        ),
     ] = None,
 ) -> None:
     """Write build_matrix.yaml and .github/workflows/kernel-matrix.yml into a kernel's repository.
 
     The matrix names the kernel in DIR (its build.toml) or the kernel folders below
-    it; the workflow calls kernel-matrix's reusable workflow at a pinned commit (and
-    kernel-matrix-upstream.yml, where that commit has it, checks daily for new torch
-    releases). Existing files are never overwritten (exit 2, nothing written)."""
+    it; the workflow calls kernel-matrix's reusable workflow at a pinned commit, checked
+    on GitHub, and installs kernel-matrix from that commit (and kernel-matrix-upstream.yml,
+    where that commit has it, checks daily for new torch releases). Existing files are
+    never overwritten (exit 2, nothing written); no GitHub: exit 9, nothing written."""
     release = Release.packaged()
-    repository = _checked(repository, REPOSITORY, "--repository", "OWNER/NAME") or release.repository
-    ref = _checked(ref, REF, "--ref", "a commit or tag") or release.commit
-    if SHORT_COMMIT.match(ref):  # GitHub pins a reusable workflow by a full SHA, a tag or a branch
+    if repository is not None:
+        _check_repository(repository)
+    repository = repository or release.repository
+    ref = _checked(ref, REF, "--ref", "a commit, tag or branch")
+    if ref is not None and SHORT_COMMIT.match(ref):  # GitHub pins a reusable workflow by a full SHA
         raise ConfigError(f"--ref {ref!r}: a commit is pinned by its full 40-character SHA")
+    gpu = init_runners.gpu_runners(gpu_runner or [])
     if not directory.is_dir():
         raise ConfigError(f"{directory}: not a folder (give the kernel's repository)")
-    # The daily check where the pinned commit has its reusable workflow (another --ref: a later commit).
-    daily = ref != release.commit or UPSTREAM in release.workflows
-    targets = [directory / MATRIX, directory / WORKFLOW, *([directory / UPSTREAM_WORKFLOW] if daily else [])]
+    targets = [directory / MATRIX, directory / WORKFLOW, directory / UPSTREAM_WORKFLOW]
     for target in targets:
-        if os.path.lexists(target):
-            raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
+        _inside(directory, target)
+    _absent(targets[:2])
     kernels, left_out = find_kernels(directory)
+    # Where kernel-matrix runs from: seen on GitHub before anything is written (no network: nothing written).
+    pin, resolved = resolve(repository, ref or release.commit, given=ref is not None)
+    daily = UPSTREAM in pin.workflows  # a commit before reusable-upstream.yml gets no daily check
+    _absent(targets[2:] if daily else [])
+    if resolved:
+        console.print(resolved, soft_wrap=True)
     for folder, reason in left_out:  # a repository's other kernels still get their CI
         console.print(f"note: {folder}: left out of {MATRIX}: {reason}", soft_wrap=True)
+    spec = default_spec()
+    excludes = init_runners.aarch64_excludes(kernels, bool(spec.get("cpu", True))) if "aarch64" in spec["archs"] else []
+    for exclude, why in excludes:
+        cells = "aarch64 CPU cells" if exclude.get("cuda") == "cpu" else "aarch64 cells"
+        console.print(
+            f"note: {MATRIX}: exclude {_flow(exclude)}: {exclude['kernel']}'s {cells} cannot compile ({why}: x86 "
+            "flags, which gcc for aarch64 refuses)",
+            soft_wrap=True,
+        )
+    excluded = {exclude["kernel"]: exclude for exclude, _ in excludes}
     for folder, config in kernels:
-        if note := flake_note(directory / folder, config.general.name):
+        if note := flake_note(directory / folder, config.general.name, excluded.get(config.general.name)):
             console.print(note, soft_wrap=True)
     branch, why = push_branch(directory)
-    version = release.version if ref == release.commit else None
-    texts = {targets[0]: matrix_text(kernels), targets[1]: workflow_text(repository, ref, version, branch)}
+    texts = {
+        targets[0]: matrix_text(kernels, gpu, [exclude for exclude, _ in excludes]),
+        targets[1]: workflow_text(pin, branch),
+    }
     if daily:
-        texts[targets[2]] = upstream_text(repository, ref, version, " ".join(c.general.name for _, c in kernels))
-    if ref == release.commit and Version(__version__) != Version(release.version):  # a build between releases
+        texts[targets[2]] = upstream_text(pin, " ".join(c.general.name for _, c in kernels))
+    if pin.commit == release.commit and Version(__version__) != Version(pin.version):  # a build between releases
         console.print(
-            f"note: kernel-matrix {__version__} is not a release: the workflow runs release {release.version} "
-            f"(commit {release.commit[:12]}), whose commands may differ from this one's; --ref COMMIT pins "
+            f"note: kernel-matrix {__version__} is not a release: the workflow runs release {pin.version} "
+            f"(commit {pin.commit[:12]}), whose commands may differ from this one's; --ref COMMIT pins "
             "another commit (and installs kernel-matrix from it)",
             soft_wrap=True,
         )
     for target, text in texts.items():
+        _inside(directory, target)  # again, just before: nothing made a link of a folder meanwhile
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(target, "x", encoding="utf-8") as stream:  # "x": never over a file made meanwhile
@@ -133,153 +170,78 @@ def init(
     # GitHub Actions matrix runs jobs are batched, and a selection that cannot run at all (more
     # kernels x archs than jobs) is said now, not at the push.
     try:
-        resolved = Selection(targets[0], profile="full").resolve()
-        jobs = resolved.github_jobs(resolved.cells)
+        planned = Selection(targets[0], profile="full").resolve()
+        jobs = planned.github_jobs(planned.cells)
     except ConfigError as exc:
         console.print(f"note: pushes and tags run the full profile, which cannot run as written: {exc}", soft_wrap=True)
     else:
-        if note := batching(len(resolved.cells), jobs):
+        if note := batching(len(planned.cells), jobs):
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
-    written = " ".join(target.relative_to(directory).as_posix() for target in targets)
-    _next_steps(directory, repository, ref, [name for name, _ in kernels], (branch, why), written)
+    written = " ".join(target.relative_to(directory).as_posix() for target in texts)
+    _next_steps(directory, pin, kernels, gpu, (branch, why), written)
 
 
-def flake_note(kernel_dir: Path, name: str) -> str | None:
+def _absent(targets: list[Path]) -> None:
+    for target in targets:
+        if os.path.lexists(target):
+            raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
+
+
+def _check_repository(repository: str) -> None:
+    """OWNER/NAME as GitHub takes them: never a path such as a/.. in the URLs init writes."""
+    owner, slash, name = repository.partition("/")
+    if not slash or not OWNER.match(owner) or not NAME.match(name):
+        raise ConfigError(
+            f"--repository {repository!r}: expected OWNER/NAME, a GitHub owner (letters, digits, inner hyphens) "
+            "and repository name (letters, digits, '.', '_', '-'; not starting with '.' or '-')"
+        )
+
+
+def _inside(directory: Path, target: Path) -> None:
+    """Refuse a target whose folder (as far as it exists) is a link out of directory:
+    init writes into the kernel's repository, never through .github -> elsewhere."""
+    folder = target.parent
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    root = directory.resolve()
+    if not folder.resolve().is_relative_to(root):
+        link = next(
+            (p for p in (target.parent, *target.parent.parents) if p.is_symlink() and p != directory), target.parent
+        )
+        raise ConfigError(
+            f"{link}: a link out of the repository (to {folder.resolve()}); init never writes through one "
+            "(nothing written)"
+        )
+
+
+def _flow(data: Any) -> str:
+    return yaml.safe_dump(data, default_flow_style=True, sort_keys=False, width=1000).strip()
+
+
+def flake_note(kernel_dir: Path, name: str, written: dict[str, str] | None = None) -> str | None:
     """A line where the kernel's flake.nix passes torchVersions, which may narrow its builds
     (fewer torch versions, systems or CUDA versions than build.toml allows, e.g. x86_64 only
     for a kernel built with -mavx512f). kernel-matrix reads build.toml, not Nix: the
-    matrix's `exclude`, narrowed to the kernel, says the same."""
+    matrix's `exclude`, narrowed to the kernel, says the same. written: the exclude init
+    wrote for the kernel's x86 flags, if any."""
     found = flake_line(kernel_dir, TORCH_VERSIONS)
     if found is None:
         return None
     flake, line = found
-    example = yaml.safe_dump(
-        [{"kernel": name, "arch": "aarch64", "cuda": "cpu"}], default_flow_style=True, sort_keys=False
-    ).strip()
-    return (
+    start = (
         f"note: {flake}:{line}: torchVersions may narrow kernel-builder's builds of this kernel; kernel-matrix "
-        f"reads build.toml only: say the same in {MATRIX}'s `exclude` (e.g. `- {example[1:-1]}`: "
-        f"those cells of {name} only)"
+        f"reads build.toml only: "
     )
+    if written is not None:
+        return f"{start}{MATRIX}'s `exclude` holds what its x86 flags need ({_flow(written)}); say any other there"
+    example = _flow({"kernel": name, "arch": "aarch64", "cuda": "cpu"})
+    return f"{start}say the same in {MATRIX}'s `exclude` (e.g. `- {example}`: those cells of {name} only)"
 
 
 def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str) -> str | None:
     if value is not None and not pattern.match(value):
         raise ConfigError(f"{option} {value!r}: expected {what}")
     return value
-
-
-def find_kernels(directory: Path) -> tuple[list[tuple[str, BuildConfig]], list[tuple[str, str]]]:
-    """(folder relative to directory, its build.toml) for the kernel in directory, or
-    else for each folder below it (SEARCH_DEPTH levels) that holds a build.toml; and the
-    folders left out with why: a build.toml kernel-matrix refuses (its first line), a
-    kernel it builds no variant of (its backends, or a torch range outside the default
-    grid), a second kernel of one name, a kernel deeper than the search looks, and (for
-    a kernel in directory itself) the kernels below it. A kernel in directory itself is
-    refused for the same reasons."""
-    within, deeper = _build_toml_folders(directory)
-    too_deep = [
-        (folder, f"deeper than the {SEARCH_DEPTH} folders init searches; add it to {MATRIX}'s kernels: to build it")
-        for folder in deeper
-    ]
-    if (directory / "build.toml").is_file():
-        below = [*within, *deeper]
-        config = load_build_toml(directory)
-        if reason := config.unbuilt() or _outside_the_grid(config):
-            elsewhere = ""
-            if below:
-                elsewhere = f"; init in a folder without a build.toml sets up the kernels below ({', '.join(below)})"
-            raise ConfigError(
-                f"{directory / 'build.toml'}: {reason}: init has nothing to set up (nothing written){elsewhere}"
-            )
-        root = f"init set up the kernel in this folder's build.toml; add it to {MATRIX}'s kernels: to build it too"
-        return [(".", config)], [(folder, root) for folder in below]
-    found: list[tuple[str, BuildConfig]] = []
-    left_out: list[tuple[str, str]] = list(too_deep)
-    for folder in within:
-        try:
-            config = load_build_toml(directory / folder)
-        except ConfigError as exc:
-            lines = str(exc).splitlines()
-            more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-            left_out.append((folder, lines[0] + more))
-            continue
-        namesake = next((f for f, c in found if c.general.name == config.general.name), None)
-        if reason := config.unbuilt() or _outside_the_grid(config):
-            left_out.append((folder, reason))
-        elif namesake is not None:  # one matrix cannot hold two kernels of one name
-            left_out.append((folder, f"a second kernel named {config.general.name!r} (the first: {namesake})"))
-        else:
-            found.append((folder, config))
-    if not found:
-        reasons = "".join(f"\n{folder}: {reason}" for folder, reason in sorted(left_out))
-        raise ConfigError(
-            f"{directory}: holds no build.toml kernel-matrix builds, nor does any folder below it: init sets up a "
-            f"kernel's repository (kernel-builder's layout){reasons}"
-        )
-    return sorted(found), sorted(left_out)
-
-
-def _build_toml_folders(directory: Path) -> tuple[list[str], list[str]]:
-    """The folders below directory (relative, sorted) that hold a build.toml, SEARCH_DEPTH
-    levels down and never below one (a kernel's own subfolders hold no other kernel); and
-    those deeper, where the search does not go, so that init names them rather than skip
-    them without a word."""
-    within: list[str] = []
-    deeper: list[str] = []
-    for root, folders, files in os.walk(directory):
-        here = Path(root)
-        relative = here.relative_to(directory)
-        if relative.parts and "build.toml" in files:
-            within.append(relative.as_posix())
-            folders.clear()
-            continue
-        # Sorted, so the matrix lists kernels in the same order on every machine.
-        folders[:] = sorted(f for f in folders if _searched(f))
-        if len(relative.parts) >= SEARCH_DEPTH:
-            for folder in folders:
-                found = (p.parent.relative_to(directory) for p in (here / folder).rglob("build.toml"))
-                deeper += sorted(f.as_posix() for f in found if all(map(_searched, f.parts)))[:1]
-            folders.clear()
-    return within, deeper
-
-
-def _searched(folder: str) -> bool:
-    """Whether init looks for kernels in a folder of this name."""
-    return not folder.startswith(".") and folder not in NOT_KERNELS
-
-
-def default_spec() -> dict[str, Any]:
-    """The default matrix (data/default_matrix.yaml) as data."""
-    from kernel_matrix.data import load
-
-    spec: dict[str, Any] = load("default_matrix")
-    return spec
-
-
-def _allowed(minor: str, config: BuildConfig) -> bool:
-    """Whether the kernel's [torch] minver/maxver allow this torch minor."""
-    low, high = (config.torch.minver, config.torch.maxver) if config.torch else (None, None)
-    return not (low and Version(minor) < Version(low)) and not (high and Version(minor) > Version(high))
-
-
-def _outside_the_grid(config: BuildConfig) -> str | None:
-    """Why the default grid has no torch for this kernel ([torch] minver/maxver), or None."""
-    grid: dict[str, Any] = default_spec()["torch"]
-    if config.torch is None or any(_allowed(minor, config) for minor in grid):
-        return None
-    return (
-        f"[torch] minver/maxver ({config.torch.minver or '-'}..{config.torch.maxver or '-'}) allow none of the "
-        f"default torch minors ({', '.join(grid)})"
-    )
-
-
-def torch_minors(kernels: list[tuple[str, BuildConfig]]) -> dict[str, Any]:
-    """The default grid's torch minors that at least one kernel's [torch] minver/maxver
-    allows (each kernel then takes its own range of them, as kernel-builder does)."""
-    grid: dict[str, Any] = default_spec()["torch"]
-    # Never empty: find_kernels left out the kernels whose range allows none of them.
-    return {minor: cudas for minor, cudas in grid.items() if any(_allowed(minor, c) for _, c in kernels)}
 
 
 def _block(data: dict[str, Any], indent: int = 0, *, flow: bool = False) -> str:
@@ -306,17 +268,25 @@ def _fill(name: str, values: dict[str, str]) -> str:
     return text
 
 
-def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
+def matrix_text(
+    kernels: list[tuple[str, BuildConfig]],
+    gpu: dict[str, list[str]] | None = None,
+    exclude: list[dict[str, str]] | None = None,
+) -> str:
+    """build_matrix.yaml: the kernels, their torch minors of the default grid, its archs
+    with GitHub-hosted build runners and gpu's GPU test runners (none: []), and exclude."""
     names = [name for name, _ in kernels]
     wanted: dict[str, Any] = {"kernel": "."} if names == ["."] else {"kernels": names}
     wanted["torch"] = torch_minors(kernels)
-    wanted["archs"] = default_spec()["archs"]
+    wanted["archs"] = init_runners.archs(default_spec()["archs"], gpu or {})
+    wanted["exclude"] = exclude or []
     text = _fill(
         "build_matrix.yaml.in",
         {
             "kernels": _block({k: v for k, v in wanted.items() if k.startswith("kernel")}),
             "torch": _block(wanted["torch"], 2),
             "archs": _block(wanted["archs"], 2, flow=True),
+            "exclude": _block({"exclude": wanted["exclude"]}, flow=True),
         },
     )
     written = yaml.safe_load(text)
@@ -324,48 +294,39 @@ def matrix_text(kernels: list[tuple[str, BuildConfig]]) -> str:
     return text
 
 
-def workflow_text(repository: str, ref: str, version: str | None, branch: str = "main") -> str:
-    """The caller of reusable-build.yml: pushes to `branch` and v* tags, pull requests and
-    manual runs. version: the release `ref` is the commit of (None: another ref, whose
-    reusable workflow would install a kernel-matrix of its version from PyPI, which a
-    commit between releases is not: the caller then installs kernel-matrix from that ref)."""
-    uses, comment, install = _pin(repository, REUSABLE, ref, version)
+def workflow_text(pin: Pin, branch: str = "main") -> str:
+    """The caller of reusable-build.yml at the pin: pushes to `branch` and v* tags, pull
+    requests and manual runs; every job installs kernel-matrix from the pinned commit."""
     text = _fill(
         "caller-workflow.yml.in",
-        {"uses": _scalar(uses) + comment, "branch": _scalar(branch), "install": _install_line(install)},
+        {
+            "uses": _scalar(pin.uses(REUSABLE)) + pin.comment,
+            "branch": _scalar(branch),
+            "install": _scalar(pin.install),
+        },
     )
     written = yaml.safe_load(text)
     job = written["jobs"]["kernel-matrix"]
-    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    assert job["uses"] == pin.uses(REUSABLE) and job["with"]["kernel-matrix"] == pin.install, "reads back otherwise"
     assert written[True]["push"]["branches"] == [branch], "the workflow reads back otherwise"  # YAML 1.1: on is true
     return text
 
 
-def upstream_text(repository: str, ref: str, version: str | None, kernels: str) -> str:
+def upstream_text(pin: Pin, kernels: str) -> str:
     """The caller of reusable-upstream.yml, at the same pin: daily, at a minute that
     `kernels` (the repository's kernel names) choose, not every caller's at once."""
-    uses, comment, install = _pin(repository, UPSTREAM, ref, version)
     minute = int(hashlib.sha256(kernels.encode()).hexdigest(), 16) % 60
     text = _fill(
         "caller-upstream.yml.in",
-        {"uses": _scalar(uses) + comment, "cron": _scalar(f"{minute} 5 * * *"), "install": _install_line(install)},
+        {
+            "uses": _scalar(pin.uses(UPSTREAM)) + pin.comment,
+            "cron": _scalar(f"{minute} 5 * * *"),
+            "install": _scalar(pin.install),
+        },
     )
     job = yaml.safe_load(text)["jobs"]["check-upstream"]
-    assert job["uses"] == uses and job["with"].get("kernel-matrix") == install, "the workflow reads back otherwise"
+    assert job["uses"] == pin.uses(UPSTREAM) and job["with"]["kernel-matrix"] == pin.install, "reads back otherwise"
     return text
-
-
-def _pin(repository: str, workflow: str, ref: str, version: str | None) -> tuple[str, str, str | None]:
-    """A reusable workflow's `uses:`, the release comment beside a commit of a release (as
-    every pin in kernel-matrix's own workflows), and the kernel-matrix a ref between
-    releases installs (None: the release's own, the workflow's default)."""
-    comment = f"  # v{Version(version)}" if version is not None and COMMIT.match(ref) else ""
-    install = None if version is not None else f"git+https://github.com/{repository}@{ref}"
-    return f"{repository}/.github/workflows/{workflow}@{ref}", comment, install
-
-
-def _install_line(install: str | None) -> str:
-    return "" if install is None else f"      kernel-matrix: {_scalar(install)}"
 
 
 def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
@@ -397,23 +358,44 @@ def push_branch(directory: Path) -> tuple[str, str]:
 
 
 def _next_steps(
-    directory: Path, repository: str, ref: str, kernels: list[str], push: tuple[str, str], written: str
+    directory: Path,
+    pin: Pin,
+    kernels: list[tuple[str, BuildConfig]],
+    gpu: dict[str, list[str]],
+    push: tuple[str, str],
+    written: str,
 ) -> None:
     branch, why = push
-    docs = f"https://github.com/{repository}/blob/{ref}/docs"
+    docs = f"https://github.com/{pin.repository}/blob/{pin.commit}/docs"
     where = "" if directory == Path(".") else f" (in {directory})"
+    hub = [(config.general.name, config.general.hub.repo_id) for _, config in kernels]
+    named = ", ".join(f"{repo_id} ({name})" for name, repo_id in hub if repo_id)
+    unnamed = [name for name, repo_id in hub if not repo_id]
+    if gpu:
+        labelled = "; ".join(f"{arch}: {', '.join(labels)}" for arch, labels in gpu.items())
+        gpu_step = (
+            f"GPU test runners: self-hosted, with the labels given ({labelled}), never a GitHub-hosted label "
+            f"({docs}/runner-host.md); the GPU test jobs wait for them."
+        )
+    else:
+        gpu_step = (
+            f"GPU tests: none ({directory / MATRIX} has gpu-test-runner: [] for every arch: CUDA variants are "
+            "tested on CPUs and released without a GPU test). With self-hosted GPU runners "
+            f"({docs}/runner-host.md), give their labels there, or to init: --gpu-runner x86_64=LABEL,...."
+        )
     steps = [
-        f"Edit the runner labels in {directory / MATRIX} (archs: build-runner, gpu-test-runner) to this "
-        "repository's runners; `kernel-matrix matrix` prints the cells.",
+        gpu_step,
         "Create the environment `hub` (Settings > Environments): required reviewers, deployment branches and "
         f"tags {branch} and v*, and the environment secret HF_TOKEN, a Hub token that may write to "
         + ("each kernel's" if len(kernels) > 1 else "the kernel's")
         + " [general.hub] repo-id (not a repository secret: only the publish job reads it).",
-        f"GPU test runners: self-hosted, labelled as gpu-test-runner says, never with a GitHub-hosted label "
-        f"({docs}/runner-host.md); with none, `gpu-test-runner: []` releases CUDA variants tested on CPUs.",
+        (f"Publishing creates and writes the Hub kernel repositories {named}" if named else "Publishing writes no")
+        + (f"; {', '.join(unnamed)}: no [general.hub] repo-id in build.toml, which publish needs" if unnamed else "")
+        + ": `kernel`-type repositories, which only a Hub user or organization with kernel-creation access can "
+        f"create (request it at {HUB_KERNEL_ACCESS}, 'Request Kernels Creation').",
         "Outside contributors: Settings > Actions > General > require approval for all external contributors; "
         "in an organization, a runner group for the GPU runners, for this repository only, whose workflow "
-        f"access is {repository}/.github/workflows/{REUSABLE}@{ref} (the GPU test job is defined there, and "
+        f"access is {pin.uses(REUSABLE)} (the GPU test job is defined there, and "
         f"GitHub gives a group's runners only to jobs defined in the workflows it selects) ({docs}/runner-host.md).",
         f"Commit and push{where}: git add {written} && git commit -m 'Build with kernel-matrix' && git push "
         f"(a new branch: git push -u origin HEAD, then a pull request). Pushes to {branch} ({why}) and v* tags "
