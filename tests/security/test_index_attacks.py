@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kernel_matrix
+from conftest import kernel_matrix, matrix_text
 
 
 def _listener():
@@ -52,8 +52,7 @@ def test_a_pull_requests_matrix_cannot_choose_the_index_or_the_base_images(tmp_p
     server, seen = _listener()
     port = server.getsockname()[1]
     try:
-        (tmp_path / "kernel").symlink_to(REPO / "kernel")
-        text = (REPO / "build_matrix.yaml").read_text()
+        text = matrix_text(tmp_path)
         assert "images: {}\n" in text and "torch-index: auto\n" in text
         text = text.replace("images: {}\n", 'images:\n  "13.0": attacker/base:1\n')
         text = text.replace("torch-index: auto\n", "torch-index: pytorch\n")
