@@ -123,6 +123,8 @@ def test_where_the_code_comes_from(tmp_path, name, payload, fork):
 # --- one definition of "this event runs a pull request's files", in the code and the workflows -------------------
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+# What `init` writes into a kernel's repository asks it the same way.
+CALLER_TEMPLATES = sorted((REPO / "kernel_matrix" / "templates").glob("caller-*.yml.in"))
 # How every workflow condition asks it: the events of PULL_REQUEST_EVENTS, in one JSON list.
 PULL_REQUEST_RUN = (
     f"contains(fromJSON('{json.dumps(sorted(PULL_REQUEST_EVENTS), separators=(',', ':'))}'), github.event_name)"
@@ -153,7 +155,7 @@ def test_every_workflow_condition_on_the_event_is_the_codes_definition():
     while kernel-matrix itself treated them as pull requests: every such condition is PULL_REQUEST_RUN, and any
     other comparison names an event outside the list (push, workflow_dispatch: who may release)."""
     found = []
-    for path in WORKFLOWS:
+    for path in WORKFLOWS + CALLER_TEMPLATES:
         for expression in event_name_conditions(path):
             rest = " ".join(expression.split()).replace(PULL_REQUEST_RUN, "PULL_REQUEST_RUN")
             found.append((path.name, rest.count("PULL_REQUEST_RUN")))
@@ -166,6 +168,7 @@ def test_every_workflow_condition_on_the_event_is_the_codes_definition():
     assert sorted(found) == sorted(
         [("build.yml", 1)] * 2
         + [("ci.yml", 1)] * 2
+        + [("caller-workflow.yml.in", 1)] * 2
         + [("reusable-build.yml", 1)] * 4
         + [("reusable-build.yml", 0)] * 2  # publish and release-wheels: a push or a dispatch
     ), found
