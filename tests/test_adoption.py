@@ -3,8 +3,9 @@ author would, end to end on this machine.
 
 kernel-matrix is installed from the wheel built from this checkout into a separate
 virtual environment (no project source on the path; torch and the other
-dependencies come from .venv's site-packages). In a fresh git repository holding a
-corpus kernel (relu at its root), and in one holding two kernels, it runs
+dependencies come from .venv's site-packages). In a fresh git repository holding two
+corpus kernels (relu and einops; one kernel at a repository's root is tests/test_first_run.py's
+first push and tag, from the same Runner), it runs
 `kernel-matrix init`, then the generated caller workflow: its job is resolved to
 this checkout's reusable workflow, and each job's steps run here, as the runner
 would, through the evaluator of tests/test_workflows.py: plan, build (in the
@@ -355,26 +356,6 @@ def adopt(
     narrow(repository / "build_matrix.yaml", mirror)
     git_repository(repository)
     return repository, init
-
-
-@needs_corpus
-def test_a_kernels_own_repository_adopts_kernel_matrix(installed, mirror, engine, actions_cache, tmp_path, on_github):
-    _, pinned = on_github
-    repository, init = adopt({".": CORPUS / "kernels-community" / "relu"}, tmp_path, installed, mirror, pinned)
-    caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
-    assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
-    with HubServer(trusted_orgs=["kernels-community"]) as hub:
-        runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache)
-        runner.run()
-        assert [c.title for c in hub.commits("kernels-community/relu") if c.title.startswith("Release ")]
-        files = hub.files("kernels-community/relu", "v1")
-        assert f"build/{VARIANT}/metadata.json" in files
-        loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, installed / "bin" / "python")
-    assert f"/build/{VARIANT}/" in loaded
-    assert [r.split(":")[0] for r in runner.ran].count("test-cpu") >= 1
-    # The jobs installed kernel-matrix from git at the pinned commit (pip records where from).
-    (direct_url,) = (installed / "lib").glob("python3*/site-packages/kernel_matrix-*.dist-info/direct_url.json")
-    assert json.loads(direct_url.read_text())["vcs_info"]["commit_id"] == pinned
 
 
 @needs_corpus

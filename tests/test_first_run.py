@@ -192,6 +192,7 @@ def test_a_kernel_repositorys_first_push_and_tag_need_only_kernel_matrixs_git_re
         text=True,
     )
     assert init.returncode == 0, init.stdout + init.stderr
+    assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
     caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     (job,) = yaml.safe_load(caller.read_text())["jobs"].values()
     # One commit, twice: the reusable workflow and the kernel-matrix every job installs.
