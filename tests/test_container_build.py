@@ -561,6 +561,7 @@ def test_a_tvm_ffi_cell_builds_in_the_offline_builder_up_to_its_abi_gate(local_c
         "build",
         *("--variant", name, "--image", "offline", "--kernel-dir", str(kernel), "--build-dir", str(build_dir)),
         *("--cuda-capabilities", "9.0", "--cache-dir", str(object_cache)),
+        *("--only", f"torch={v.torch}"),  # the newest torch of the selection: the cell's builder
     )
     assert result.returncode == ExitCode.ABI, result.stdout + result.stderr
     summary = (build_dir / "summary.md").read_text()

@@ -37,7 +37,7 @@ def test_default_matrix_covers_the_required_cells():
 
 def test_local_profile_on_the_development_machine_is_the_cu130_x86_64_cells():
     cells = select(load_matrix(DEFAULT), profile="local", machine=DEV_MACHINE)
-    assert [c.name for c in cells] == [f"torch2{m}-cxx11-cu130-x86_64-linux" for m in (11, 12, 13, 14)]
+    assert [c.name for c in cells] == [f"torch2{m}-cxx11-cu130-x86_64-linux" for m in (11, 12, 13, 14, 15)]
     no_nvcc = select(load_matrix(DEFAULT), profile="local", machine=Machine(arch="aarch64", nvcc=None))
     assert {c.variant.backend for c in no_nvcc} == {"cpu"} and {c.variant.arch for c in no_nvcc} == {"aarch64"}
 
@@ -84,7 +84,7 @@ def test_filters():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"only": "torch=2.15"}, "no cell has torch 2.15 (known: 2.11, 2.12, 2.13, 2.14); did you mean 2.14?"),
+        ({"only": "torch=2.16"}, "no cell has torch 2.16 (known: 2.11, 2.12, 2.13, 2.14, 2.15); did you mean 2.15?"),
         ({"only": "cuda=13.1"}, "did you mean 13.2?"),
         ({"only": "torc=2.13"}, "did you mean torch?"),
         ({"variants": ["torch214-cxx11-cu131-x86_64-linux"]}, "did you mean torch214-cxx11-cu13"),

@@ -217,6 +217,8 @@ def _check_abi(variant_dir: Path, *, python_abi: str, manylinux: str) -> None:
         return
     reports = abi_reports(variant_dir, python_abi=python_abi, manylinux=None if manylinux == "none" else manylinux)
     console.print(render.abi_table(variant_dir.name, reports, python_abi, manylinux))
+    for warning in (w for r in reports for w in r.warnings):
+        console.print(styled(("warning:", "yellow"), f" {variant_dir.name}: {warning}"), soft_wrap=True)
     failed = [r for r in reports if not r.ok]
     if failed:
         names = ", ".join(r.library.name for r in failed)

@@ -39,6 +39,7 @@ from kernel_matrix.layout import user_cache
 from kernel_matrix.planning import torch_cuda
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.toolchain import TVM_FFI_REQUIREMENT
+from kernel_matrix.planning.torch_wheels import pick_python, python_requirement
 from kernel_matrix.planning.variants import cuda_major, cuda_tag, host_arch, torch_tag
 
 OFFLINE_SUITE = "bookworm"
@@ -212,6 +213,21 @@ class Target:
 
 # The offline base: Debian bookworm's python3 and glibc.
 OFFLINE_TARGET_PYTHON, OFFLINE_TARGET_GLIBC = "3.11", (2, 36)
+# The Pythons docker/builder.Dockerfile can install on the official images (Rocky Linux 8's
+# and AlmaLinux 8's python3.X packages); each builder takes the oldest its torch allows.
+OFFICIAL_PYTHONS = ("3.11", "3.12")
+
+
+def builder_python(torch: str, available: tuple[str, ...], image: str) -> str:
+    """The Python of a builder for torch: the oldest of `available` its wheel installs on
+    (data/torch_wheels.yaml: torch 2.15 needs 3.11), else one EngineError line."""
+    python = pick_python(torch, available)
+    if python is None:
+        raise EngineError(
+            f"torch {torch} needs Python {python_requirement(torch)}, and {image} builders have Python "
+            f"{', '.join(available)} only"
+        )
+    return python
 
 
 def download(
@@ -289,7 +305,8 @@ def builder_image(
             f"base image {base} is not present in the engine (it is never pulled): pull or build it first, "
             "or use --image offline"
         ) from None
-    target = Target(OFFLINE_TARGET_PYTHON, OFFLINE_TARGET_GLIBC, host_arch())
+    python = builder_python(torch, (OFFLINE_TARGET_PYTHON,), "offline (Debian bookworm)")
+    target = Target(python, OFFLINE_TARGET_GLIBC, host_arch())
     # Installed in this order, each folder with --no-deps (its dependencies were downloaded
     # with it), so a later folder's version of a package wins, as successive installs would.
     folders = ["tools", "torch", *(["cuda", "cuda-libraries"] if cuda else [])]
@@ -377,6 +394,7 @@ def official_builder(
         raise EngineError(f"{dockerfile} is missing: official builders are made from it (use --image offline)")
     args = {
         "BASE_IMAGE": base,
+        "PYTHON": f"python{builder_python(torch, OFFICIAL_PYTHONS, 'official')}",
         "TORCH_SPEC": f"torch=={torch}.*",
         "TORCH_INDEX_URL": "" if torch_index == "pypi" else torch_index,
         "BUILD_TOOLS": " ".join(BUILD_TOOL_REQUIREMENTS),

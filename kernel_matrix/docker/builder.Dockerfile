@@ -17,9 +17,12 @@
 ARG BASE_IMAGE=nvidia/cuda:13.0.2-devel-rockylinux8
 FROM ${BASE_IMAGE}
 
-# Rocky 8's own Python is 3.6: kernel-matrix needs >= 3.10. gcc-toolset-13 is
-# a C++20 compiler that still links for glibc 2.28 (its newer libstdc++ parts
-# are linked in statically, as the manylinux images do).
+# Rocky 8's own Python is 3.6: kernel-matrix needs >= 3.10, and a torch its own
+# Requires-Python (torch 2.15: >= 3.11). images.py passes PYTHON: the oldest of the
+# python3.11 and python3.12 packages that the cell's torch installs on
+# (data/torch_wheels.yaml). gcc-toolset-13 is a C++20 compiler that still links
+# for glibc 2.28 (its newer libstdc++ parts are linked in statically, as the
+# manylinux images do).
 ARG PYTHON=python3.11
 ARG GCC_TOOLSET=gcc-toolset-13
 # hadolint ignore=DL3041
