@@ -349,6 +349,10 @@ def located(kernel_dir: Path, *loc: str) -> str:
     return where(path, *toml_key_position(text, loc))
 
 
+# The editions load_build_toml reads (4: a file without `edition`, upgraded in memory);
+# `matrix --check-upstream` compares the newest with kernels-common's (tests/test_upstream.py
+# checks this list against what the reader accepts).
+EDITIONS = (4, 5)
 EDITION_4_NOTE = (
     "no `edition` in [general]: read as edition 4 and upgraded to edition 5 in memory, as kernel-builder "
     "does; `kernel-builder update-build` writes edition 5"
