@@ -276,3 +276,20 @@ def test_the_editions_compared_are_the_ones_the_build_toml_reader_accepts(tmp_pa
     assert min(editions) == 4 and sorted(editions) == list(range(4, max(editions) + 1))
     assert all(refusal(edition) == "" for edition in editions if edition >= 5)
     assert f"general.edition = {max(editions) + 1} is not supported" in refusal(max(editions) + 1)
+
+
+def test_the_requirement_is_the_checkouts_pyproject_else_the_installed_distributions(tmp_path):
+    from importlib import metadata
+
+    dependencies = ["rich>=13", "kernels>=0.17,<0.99", "kernels==0.1; os_name == 'nt'"]
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "kernel-matrix"\ndependencies = {dependencies!r}\n')
+    assert str(upstream_kernels.own_requirement(tmp_path)) == "kernels<0.99,>=0.17"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "another"\ndependencies = ["kernels==0.1"]\n')
+    installed = next(r for r in map(Requirement, metadata.requires("kernel-matrix")) if r.name == "kernels")
+    assert upstream_kernels.own_requirement(tmp_path) == installed
+
+
+def test_the_loader_releases_compared_are_the_ones_the_loader_tests_run():
+    """One list: data/loaders.yaml, which tests/test_loader_versions.py's environments install."""
+    loader_tests = pytest.importorskip("test_loader_versions")
+    assert loaders_under_test() == tuple(loader_tests.LOADERS)

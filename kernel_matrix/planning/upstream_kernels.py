@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import tarfile
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from urllib.parse import urljoin
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
+
+from kernel_matrix import PACKAGE_DIR
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 PROJECT = "kernels"
 # kernels-common's module of build.toml editions (config/v<N>.rs beside it), in the sdist.
@@ -68,17 +77,24 @@ def _version_of(filename: str) -> Version | None:
     return version if name == PROJECT else None
 
 
-def own_requirement() -> Requirement:
-    """kernel-matrix's requirement on the loader, as its installed distribution declares it
-    (pyproject.toml's dependencies)."""
-    for line in metadata.requires("kernel-matrix") or []:
+def own_requirement(checkout: Path = PACKAGE_DIR.parent) -> Requirement:
+    """kernel-matrix's requirement on the loader: its pyproject.toml's where it runs from its
+    own checkout (an editable install's metadata is as old as that install), else what its
+    installed distribution declares."""
+    pyproject = checkout / "pyproject.toml"
+    lines: list[str] = []
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+        if project.get("name") == "kernel-matrix":
+            lines = list(project.get("dependencies", []))
+    for line in lines or metadata.requires("kernel-matrix") or []:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
             continue
         if requirement.name == PROJECT and not requirement.marker:
             return requirement
-    raise LookupError("kernel-matrix's distribution declares no requirement on kernels")
+    raise LookupError("kernel-matrix declares no requirement on kernels")
 
 
 @dataclass(frozen=True)
