@@ -183,32 +183,21 @@ GIT_IDENTITY = {
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A virtual environment without kernel-matrix, and the environment in which the
-    README's `pip install kernel-matrix` installs it from the wheel built from this
-    checkout: no index, the wheel's folder as pip's links. The dependencies (torch
-    among them) are .venv's, its site-packages added as a path only, so that .venv's
-    editable kernel-matrix (a .pth hook there) stays out; pip installs kernel-matrix
-    alone (no dependencies) although .venv lists it."""
-    work = tmp_path_factory.mktemp("installed")
-    source = work / "src"  # a copy: building in the checkout would leave build/ and *.egg-info there
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    shutil.copytree(REPO / "kernel_matrix", source / "kernel_matrix", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", work / "dist", "."],
-        cwd=source,
-        check=True,
-    )
-    shutil.rmtree(source)
-    target = work / "venv"
+    """A virtual environment without kernel-matrix, and the environment README's install line runs
+    in: no index. The dependencies (torch among them) are .venv's, its site-packages added as a path
+    only, so that .venv's editable kernel-matrix (a .pth hook there) stays out; pip installs
+    kernel-matrix alone (no dependencies) although .venv lists it."""
+    target = tmp_path_factory.mktemp("installed") / "venv"
     subprocess.run([sys.executable, "-m", "venv", target], check=True)
     (site,) = (target / "lib").glob("python3*/site-packages")
+    # The setuptools venv bundles (older than pyproject.toml's metadata needs) would come first.
+    for bundled in [*site.glob("setuptools*"), *site.glob("_distutils_hack"), *site.glob("distutils-precedence.pth")]:
+        shutil.rmtree(bundled) if bundled.is_dir() else bundled.unlink()
     (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(GIT_IDENTITY)
     env |= {"PATH": f"{target / 'bin'}{os.pathsep}{env['PATH']}", "VIRTUAL_ENV": str(target)}
-    env |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(work / "dist"), "PIP_NO_DEPS": "1"}
+    env |= {"PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1"}
     env |= {"PIP_IGNORE_INSTALLED": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     return target, env
 
@@ -220,7 +209,7 @@ def sh(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
 
 
 @needs_corpus
-def test_the_readme_commands_for_your_kernels_repository_from_the_wheel(venv, tmp_path):
+def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path):
     """README's three lines, verbatim, in a git repository holding relu as published
     (with a remote to push to); then the installed kernel-matrix, from that folder,
     with no project source on its path."""
@@ -228,7 +217,9 @@ def test_the_readme_commands_for_your_kernels_repository_from_the_wheel(venv, tm
 
     target, env = venv
     install, init, push = readme_commands(SECTION)
-    assert install == "pip install kernel-matrix" and init == "kernel-matrix init" and push.endswith("git push")
+    # From kernel-matrix's git repository, never by a name on an index (which anyone may claim).
+    assert install == 'pip install "kernel-matrix @ git+https://github.com/kernel-matrix/kernel-matrix@main"'
+    assert init == "kernel-matrix init" and push.endswith("git push")
     repository = tmp_path / "relu"
     shutil.copytree(RELU, repository)
     remote = tmp_path / "remote.git"
@@ -241,25 +232,28 @@ def test_the_readme_commands_for_your_kernels_repository_from_the_wheel(venv, tm
         subprocess.run(["git", *argv], cwd=repository, check=True)
     sh("git add -A && git commit -q -m relu", repository, env)
 
+    # GitHub is the stand-in of github_standin.py (git's own insteadOf), its main this checkout as it is;
+    # pip builds it with .venv's setuptools (no index here; pip reads "0" as --no-build-isolation), and takes its dependencies from .venv.
+    from github_standin import snapshot_commit, stand_in
+
+    github = stand_in(tmp_path / "github")
+    subprocess.run(["git", "update-ref", "refs/heads/main", snapshot_commit(github)], cwd=github.bare, check=True)
+    env = {**env, "GIT_CONFIG_GLOBAL": str(github.config), "PIP_NO_BUILD_ISOLATION": "0"}
     sh(install, repository, env)
     python = target / "bin" / "python"
     probe = "import json, sys, kernel_matrix; print(json.dumps([kernel_matrix.__file__, sys.path]))"
     where, path = json.loads(sh(f"{python} -c '{probe}'", repository, env).stdout)
-    assert Path(where).is_relative_to(target), where  # the wheel's copy
+    assert Path(where).is_relative_to(target), where  # installed from git, not this checkout
     assert not any(p and (Path(p) == REPO or Path(p).resolve() == REPO) for p in path), path
     assert sh("command -v kernel-matrix", repository, env).stdout.strip() == str(target / "bin" / "kernel-matrix")
     assert sh("kernel-matrix --version", repository, env).stdout == f"kernel-matrix {kernel_matrix.__version__}\n"
 
     # No matrix file yet: the default the package carries.
     table = sh("kernel-matrix matrix --profile pr", repository, env).stdout
-    assert "kernel-matrix's default matrix" in table and "torch214-cxx11-cpu-x86_64-linux" in table
+    assert "kernel-matrix's default matrix" in table and "-cxx11-cpu-x86_64-linux" in table
 
-    # init checks the release's commit on GitHub: the stand-in of github_standin.py (git's own insteadOf).
-    from github_standin import stand_in
-
-    github = stand_in(tmp_path / "github")
+    # init checks the release's commit on GitHub: the same stand-in.
     github.needs_release()
-    env = {**env, "GIT_CONFIG_GLOBAL": str(github.config)}
     written = sh(init, repository, env).stdout
     assert "wrote build_matrix.yaml" in written and "HF_TOKEN" in written
     assert "build_matrix.yaml: " in sh("kernel-matrix matrix --profile pr", repository, env).stdout

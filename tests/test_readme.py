@@ -32,10 +32,12 @@ RUN_BY = {
     ".venv/bin/kernel-matrix build --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     ".venv/bin/kernel-matrix wheels --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     # "Use it in your kernel's repository": run from the wheel, in a fresh venv and kernel repository.
-    "pip install kernel-matrix": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
-    "kernel-matrix init": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
+    'pip install "kernel-matrix @ git+https://github.com/kernel-matrix/kernel-matrix@main"': (
+        "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git"
+    ),
+    "kernel-matrix init": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git",
     'git add build_matrix.yaml .github/workflows && git commit -m "Build with kernel-matrix" '
-    "&& git push": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_the_wheel",
+    "&& git push": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git",
 }
 
 
