@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import kernel_matrix
+from conftest import REPO, kernel_matrix
 from packaging.specifiers import SpecifierSet
 
 from kernel_matrix import data
@@ -49,8 +49,6 @@ def test_the_full_profile_plans_torch_215_with_the_cuda_builds_it_ships(tmp_path
 
 
 def test_the_repositorys_matrix_builds_torch_215():
-    from conftest import REPO
-
     names = {c.name for c in load_matrix(REPO / "build_matrix.yaml").cells}
     for cuda in data.load("torch_releases")["2.15"]["cuda"]:
         assert f"torch215-cxx11-cu{cuda.replace('.', '')}-x86_64-linux" in names
@@ -170,3 +168,20 @@ def test_a_library_that_is_no_elf_is_one_line(tmp_path):
     result = kernel_matrix("check-abi", str(variant), "--manylinux", "none")
     assert result.returncode == ExitCode.CONFIG and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "cannot check the ABI" in result.stderr
+
+
+def test_an_environment_whose_python_the_cells_torch_refuses_is_one_line(monkeypatch, capsys):
+    """What test-variant asks before it installs the cell's torch (pip would only say it cannot resolve)."""
+    import sys
+
+    this = f"{sys.version_info.major}.{sys.version_info.minor}"
+    monkeypatch.setitem(data.load("torch_wheels"), "9.8", {"python": f">{this}", "cuda-libraries": []})
+    assert torch_wheels.refuses_this_python("torch==2.14.*") is None
+    assert torch_wheels.main(["torch==9.8.*"]) == ExitCode.TOOLCHAIN
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"error: torch 9.8 needs Python >{this}, and {sys.executable} is Python {this}: "
+        "make the environment with a newer one (PYTHON=python3.11)"
+    )
+    script = (REPO / "kernel_matrix" / "scripts" / "test-variant").read_text()
+    assert '"$venv/bin/python" -m kernel_matrix.planning.torch_wheels "$torch_spec" || exit 4' in script

@@ -5,6 +5,8 @@ Python is refused for it and no library is reported missing."""
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -12,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from kernel_matrix import data
+from kernel_matrix.errors import ExitCode
 
 
 def python_requirement(torch: str) -> SpecifierSet | None:
@@ -90,3 +93,34 @@ def _last_with(library: str, torch: str) -> str | None:
         if Version(minor) < Version(torch) and library in row["cuda-libraries"]
     ]
     return max(earlier, key=Version) if earlier else None
+
+
+def refuses_this_python(torch_spec: str) -> str | None:
+    """Why this interpreter cannot install the torch of `torch_spec` ("torch==2.15.*", a
+    cell's torch_spec), or None where it can (or the table does not know that torch)."""
+    match = re.fullmatch(r"torch==(\d+\.\d+)(?:\.\*)?", torch_spec.strip())
+    if match is None:
+        return None
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if allows_python(match.group(1), python):
+        return None
+    return (
+        f"torch {match.group(1)} needs Python {python_requirement(match.group(1))}, and {sys.executable} is "
+        f"Python {python}: make the environment with a newer one (PYTHON=python3.11)"
+    )
+
+
+def main(argv: list[str]) -> int:
+    """`python -m kernel_matrix.planning.torch_wheels TORCH_SPEC`: exit 4 (TOOLCHAIN), one line, where
+    this Python cannot install that torch (test-variant asks before pip would fail to resolve)."""
+    if len(argv) != 1:
+        print("usage: python -m kernel_matrix.planning.torch_wheels TORCH_SPEC", file=sys.stderr)
+        return 2
+    if reason := refuses_this_python(argv[0]):
+        print(f"error: {reason}", file=sys.stderr)
+        return int(ExitCode.TOOLCHAIN)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
