@@ -27,7 +27,7 @@ from kernel_matrix.cli.options import (
     resolve,
     selection_of,
 )
-from kernel_matrix.errors import BuildError, ConfigError, ExitCode
+from kernel_matrix.errors import BuildError, ConfigError, ExitCode, shared_exit_code
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.resources import CELL_TIMEOUT_S
 from kernel_matrix.planning.variants import ImageKind
@@ -314,9 +314,8 @@ def _build_in_containers(
     if failures:
         names = [f"{r.cell.kernel}/{r.cell.name}" if resolved.several else r.cell.name for r in failures]
         # The most specific code the failures share (all ABI: 7, all the engine: 11), else BUILD.
-        codes = {r.exit_code for r in failures}
         error = BuildError(f"{len(failures)} of {len(results)} cells failed: {', '.join(names)}")
-        error.exit_code = codes.pop() if len(codes) == 1 else ExitCode.BUILD
+        error.exit_code = shared_exit_code((r.exit_code for r in failures), ExitCode.BUILD)
         raise error
 
 
