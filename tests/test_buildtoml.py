@@ -565,7 +565,7 @@ def build_python_only(tmp_path, name: str, backends: list[str], general: str) ->
 def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_them(tmp_path):
     """kernels-data's Metadata: `upstream` and `source` where given, `kernel-depends` always
     (the kernel's, then its backend's), in its key order; the loader reads the file."""
-    from kernels._rust import Metadata
+    from kernel_matrix.loader import Metadata
 
     cpu, cuda = build_python_only(
         tmp_path,
@@ -631,13 +631,10 @@ def test_python_depends_kernel_builder_does_not_know_are_refused_at_their_line(k
 def test_the_python_depends_names_are_the_loaders():
     """kernel_matrix/data/python_depends.yaml is kernel-builder's list; the installed `kernels`
     loader checks variants against its own copy: a loader release that changes it shows here."""
-    import importlib.util
-    from pathlib import Path
-
     from kernel_matrix import data
+    from kernel_matrix.loader import python_depends_table
 
-    loader = Path(importlib.util.find_spec("kernels").origin).parent / "python_depends.json"
-    theirs = json.loads(loader.read_text())
+    theirs = python_depends_table()
     ours = data.load("python_depends")
     assert ours["general"] == sorted(theirs["general"])
     assert {b: sorted(names) for b, names in theirs["backends"].items()} == ours["backends"]

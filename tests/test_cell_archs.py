@@ -27,7 +27,9 @@ CAPABILITIES = [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0
 def test_runs_on_is_the_installed_loaders_check_arch_rule():
     """Every arch kernel-builder writes (plain, a, f, +PTX, and strings the loader does not
     know), alone and in pairs, on every capability: the same answer as the loader's."""
-    from kernels.archs import _supports_cuda_capability
+    from kernel_matrix.loader import internal
+
+    _supports_cuda_capability = internal("archs")._supports_cuda_capability
 
     lists = [[a] for a in ARCHS] + [list(pair) for pair in itertools.combinations(ARCHS, 2)] + [[]]
     for archs, capability in itertools.product(lists, CAPABILITIES):

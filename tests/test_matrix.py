@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_matrix, kernel_matrix
-from kernels.variants import parse_variant
 
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.loader import parse_variant
 from kernel_matrix.planning.matrix import Machine, github_matrix, load_matrix, select
 
 DEFAULT = REPO / "build_matrix.yaml"

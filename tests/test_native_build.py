@@ -9,8 +9,8 @@ import time
 
 import pytest
 from conftest import KERNEL_DIR, REPO, kernel_matrix, needed_libraries, snapshot
-from kernels._rust import Digest, DigestAlgorithm, Metadata
-from kernels.variants import parse_variant
+
+from kernel_matrix.loader import Digest, DigestAlgorithm, Metadata, parse_variant
 
 pytestmark = pytest.mark.build
 

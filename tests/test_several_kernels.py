@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import KERNEL_DIR, REPO, img2gray_as, img2gray_copies, kernel_matrix, matrix_text
 from hubserver import HubServer
-from kernels.variants import parse_variant
 
 from kernel_matrix.errors import ExitCode
+from kernel_matrix.loader import parse_variant
 from kernel_matrix.planning.selection import Selection
 
 PURE_TOML = """[general]

@@ -19,7 +19,7 @@ from kernel_matrix.planning.variants import TVM_FFI_VERSION, Variant
 
 
 def test_variant_names_are_what_the_loader_parses():
-    from kernels.variants import parse_variant
+    from kernel_matrix.loader import parse_variant
 
     for cuda, arch in [(None, "x86_64"), ("13.0", "x86_64"), ("12.6", "aarch64")]:
         variant = Variant(

@@ -1,7 +1,8 @@
 """The pip packages a built variant's python-depends name, by the `kernels` loader's own
-table (kernels' python_depends.json, kernels-data's list of the dependencies kernel-builder
-knows): the loader refuses a variant whose packages are not installed, so the test
-workflow's environment installs them first, as kernel-builder's test shell has them.
+table (kernels' python_depends.json, wherever the installed release keeps it: loader.py;
+kernels-data's list of the dependencies kernel-builder knows): the loader refuses a variant
+whose packages are not installed, so the test workflow's environment installs them first,
+as kernel-builder's test shell has them.
 
     python -m kernel_matrix.checking.python_depends VARIANT_DIR BACKEND   # one requirement a line
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ from kernel_matrix.layout import METADATA
 
 def dependency_table() -> dict[str, Any]:
     """The installed loader's table: {"general": {name: info}, "backends": {backend: {name: info}}}."""
-    table: dict[str, Any] = json.loads(resources.files("kernels").joinpath("python_depends.json").read_text())
-    return table
+    from kernel_matrix.loader import python_depends_table
+
+    return python_depends_table()
 
 
 def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None = None) -> list[str]:
@@ -62,13 +63,13 @@ def requirements(variant_dir: Path, backend: str, table: dict[str, Any] | None =
 def framework_requirements(variant: str) -> list[str]:
     """What the variant's framework needs beyond torch: a tvm-ffi<MAJ><MIN> variant, the
     apache-tvm-ffi of that minor (the loader picks such a variant only where it is installed)."""
-    from kernels.variants import TvmFfi, parse_variant
+    from kernel_matrix.loader import is_tvm_ffi, parse_variant
 
     try:
         framework = getattr(parse_variant(variant), "framework", None)
     except ValueError:
         return []
-    if not isinstance(framework, TvmFfi):
+    if framework is None or not is_tvm_ffi(framework):
         return []
     major, minor = framework.version.major, framework.version.minor
     return [f"apache-tvm-ffi>={major}.{minor},<{major}.{minor + 1}"]

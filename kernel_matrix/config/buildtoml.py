@@ -108,7 +108,7 @@ def loader_git_url(url: str) -> str:
     """url as the loader reads it from a metadata.json (kernels-data's GitUrl): normalized, as
     kernel-builder's card shows it (an scp-like address as ssh://host/path); ValueError where
     the loader refuses it."""
-    from kernels._rust import Metadata
+    from kernel_matrix.loader import Metadata
 
     probe = {"name": "probe", "version": 1, "id": "_probe", "license": "mit", "python-depends": []}
     try:

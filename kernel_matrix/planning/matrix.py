@@ -424,7 +424,7 @@ def _loader_warnings(path: Path, located: Located, cells: list[Cell]) -> list[st
     """Cells whose names the installed `kernels` loader would not accept."""
     # Imported here, not at the top: `kernels` costs every command that reads the matrix
     # (build, wheels, shell, publish, clean) its start-up time, and only `matrix` warns.
-    from kernels.variants import parse_variant
+    from kernel_matrix.loader import parse_variant
 
     warnings = []
     for cell in cells:

@@ -51,7 +51,7 @@ def git_blob_oid(data: bytes) -> str:
 def checked_metadata(variant_dir: Path, config: BuildConfig, *, manylinux: str | None) -> dict[str, Any]:
     """The variant's metadata.json, after checking it matches the kernel, its
     digest holds, and its libraries pass the ABI gate."""
-    from kernels._rust import Digest, DigestAlgorithm, DigestValidationError, Metadata
+    from kernel_matrix.loader import Digest, DigestAlgorithm, DigestValidationError, Metadata
 
     try:  # an artifact or a copy may carry links: only plain files are released
         check_tree(variant_dir)
