@@ -1,13 +1,15 @@
 """Variant names and CUDA capabilities: every name we produce parses with the
-real loader's kernels.variants.parse_variant and means what we meant."""
+real loader's parse_variant (kernel_matrix.loader) and means what we meant."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kernels.variants import parse_variant
+from packaging.version import Version
 
+from kernel_matrix import loader
+from kernel_matrix.loader import arch_parts, parse_variant
 from kernel_matrix.planning.capabilities import default_capabilities, gencode_flags, select_capabilities
-from kernel_matrix.planning.variants import CPU_ARCHS, Variant, torch_minor
+from kernel_matrix.planning.variants import CPU_ARCHS, Variant, legacy_name, torch_minor
 
 torch_versions = st.builds(lambda minor: f"2.{minor}", st.integers(min_value=0, max_value=40))
 cuda_versions = st.builds(lambda major, minor: f"{major}.{minor}", st.integers(11, 14), st.integers(0, 9))
@@ -31,14 +33,32 @@ def test_every_variant_name_parses_with_the_loader_and_round_trips(variant):
     framework = parsed.framework
     assert framework.cxx11_abi
     assert (framework.version.major, framework.version.minor) == tuple(int(p) for p in variant.torch.split("."))
-    assert parsed.arch.platform == variant.arch and parsed.arch.os == "linux"
-    assert parsed.arch.backend.variant_str == variant.compute
+    backend, platform, os = arch_parts(parsed)
+    assert platform == variant.arch and os == "linux"
+    assert backend.variant_str == variant.compute
 
 
 def test_known_names():
     assert Variant("2.11", "cuda", "13.0", "x86_64").name == "torch211-cxx11-cu130-x86_64-linux"
     assert Variant("2.14", "cpu", None, "aarch64").name == "torch214-cxx11-cpu-aarch64-linux"
     assert torch_minor("2.14.1+cu130") == "2.14"
+
+
+def test_a_name_of_kernels_0_19s_new_form_is_the_legacy_named_build_that_serves_it():
+    """kernel-builder names its builds in the legacy form, and so does kernel-matrix; a name
+    of the new form (read by the installed loader, from 0.19 on) is the build serving it."""
+    for name in ("torch214-cxx11-cu130-x86_64-linux", "torch-cpu", "not-a-variant"):
+        assert legacy_name(name) == name
+    new = "torch-2.15-cxx11-cuda-13.2-cpython-3.11-abi3-x86_64-linux"
+    free_threaded = "torch-2.15-cxx11-cpu-cpython-3.15-abi3t-x86_64-linux"
+    if Version(loader.version()) >= Version("0.19"):
+        assert legacy_name(new) == "torch215-cxx11-cu132-x86_64-linux"  # abi3 from CPython 3.9 serves 3.11
+        assert legacy_name("tvm-ffi-0.1-cpu-cpython-3.9-abi3-aarch64-linux") == "tvm-ffi01-cpu-aarch64-linux"
+        stable = "torch-stable-abi-2.10-cuda-13.0-cpython-3.9-abi3-x86_64-linux"
+        assert legacy_name(stable) == "torch-stable-abi210-cu130-x86_64-linux"
+    else:  # an older loader reads no variant of that form: nothing serves it
+        assert legacy_name(new) == new
+    assert legacy_name(free_threaded) == free_threaded  # abi3t: no build of ours serves it
 
 
 def test_inconsistent_variants_are_refused():

@@ -55,7 +55,7 @@ from kernel_matrix.planning.matrix import (
     load_matrix,
     select,
 )
-from kernel_matrix.planning.variants import TVM_FFI_VERSION
+from kernel_matrix.planning.variants import TVM_FFI_VERSION, legacy_name
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,12 +264,13 @@ class Selection:
         cells = [cell for kernel in kernels for cell in cells_of_kernel(matrix, kernel, grid)]
         if self.variants:
             known = {cell.name for kernel in kernels for cell in cells_of_kernel(matrix, kernel, matrix.cells)}
+            wanted = [legacy_name(name) for name in self.variants]  # kernels 0.19's new form of a name too
             for name in self.variants:
-                if name not in known:
+                if legacy_name(name) not in known:
                     raise ConfigError(
                         f"--variant {name}: no kernel of {self.matrix_name(matrix)} has it" + did_you_mean(name, known)
                     )
-            cells = [cell for cell in cells if cell.name in self.variants]
+            cells = [cell for cell in cells if cell.name in wanted]
         if not cells:
             # A compiled kernel for backends kernel-matrix cannot build (ROCm, Metal, XPU) says so by name.
             for kernel in kernels:

@@ -6,7 +6,13 @@ stable ABI (one variant serves every torch from that version on); `torch-<backen
 a Python-only kernel; `tvm-ffi<MAJ><MIN>-<compute>-<cpu>-linux` for a [tvm-ffi] kernel
 (no torch in it: one variant per compute and arch). Named as kernel-builder names them
 (nix-builder/lib/variants/torch.nix and tvm-ffi.nix) and as the `kernels` loader parses
-them (tests check every name we produce with kernels.variants.parse_variant)."""
+them (tests check every name we produce with the loader's parse_variant, loader.py).
+
+kernels 0.19 also reads a new form of the same names, with the Python each build needs
+(torch-2.15-cxx11-cuda-13.2-cpython-3.11-abi3-x86_64-linux); kernel-builder still names its
+builds in the legacy form, which every supported loader reads, and so does kernel-matrix.
+A variant named in the new form (--variant, `test VARIANT`) is the legacy-named build that
+serves it: legacy_name."""
 
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from kernel_matrix.planning.torch_cuda import (
 CPU_ARCHS = ("x86_64", "aarch64")
 # A noarch (Python-only) variant's name, torch-<backend>: Variant.name writes it.
 NOARCH_VARIANT = re.compile(r"^torch-[a-z]+\Z")
+# What only kernels 0.19's new variant-name form has: the Python a build needs.
+NEW_FORM_PYTHON = re.compile(r"-cpython-\d+\.\d+-abi3t?-")
 # The tvm-ffi ABI a [tvm-ffi] kernel is built against: kernel-builder's one (nix-builder
 # versions.nix, tvmFfiVersion), so the loader's tvm-ffi 0.1.x picks these variants.
 TVM_FFI_VERSION = "0.1"
@@ -74,6 +82,17 @@ class Variant:
 
     def __str__(self) -> str:
         return self.name
+
+
+def legacy_name(name: str) -> str:
+    """name as kernel-matrix names variants: one of kernels 0.19's new form as the legacy name
+    of the build that serves it (abi3 for every CPython from 3.9 on), as the installed loader
+    reads it; any other name (legacy, or one the loader reads no variant in) as it is."""
+    if NEW_FORM_PYTHON.search(name) is None:  # no new form: nothing to ask the loader
+        return name
+    from kernel_matrix.loader import legacy_variant_name
+
+    return legacy_variant_name(name) or name
 
 
 def _flat(version: str) -> str:
