@@ -576,7 +576,8 @@ def test_metadata_records_source_and_kernel_depends_as_kernel_builder_writes_the
         '[general.cuda]\nkernel-depends = [{ repo-id = "kernels-community/activation", revision = "abc123" }]\n',
     )
     raw = json.loads((cuda / "metadata.json").read_text())
-    keys = ["name", "id", "version", "license", "upstream", "source", "python-depends", "kernel-depends", "backend"]
+    keys = ["name", "id", "version", "build-layout", "kernels-minver", "license", "upstream", "source"]
+    keys += ["python-depends", "kernel-depends", "backend"]
     assert list(raw)[: len(keys)] == keys
     assert raw["source"] == "https://github.com/example/described"
     assert raw["kernel-depends"] == [

@@ -34,6 +34,18 @@ from kernel_matrix.errors import ConfigError
 from kernel_matrix.hostfiles import write_file
 from kernel_matrix.layout import METADATA
 
+# metadata.json's build-layout: the variant's files as they are (kernels-common
+# config/mod.rs BuildLayout). kernel-builder's other layout, "zip" (the Python package as
+# <id>.zip beside the library, loaded by kernels >= 0.19 only), is not built here.
+BUILD_LAYOUT = "files"
+# metadata.json's kernels-minver, the oldest loader that loads the variant (the loader
+# refuses it below), derived as kernels-common's Build::required_kernels_version does: the
+# baseline, the first loader that fetches kernel-depends where the variant has any (and the
+# first that imports the zip layout, for a zip build).
+KERNELS_BASELINE = "0.14.0"
+KERNELS_KERNEL_DEPENDS = "0.17.0"
+KERNELS_ZIP_LAYOUT = "0.19.0"
+
 # What the digest leaves out, as the kernels loader does.
 _UNHASHED_DIRS = {"__pycache__"}
 _UNHASHED_SUFFIXES = {".pyc"}
@@ -117,6 +129,12 @@ def digest_files(variant_dir: Path) -> dict[str, str]:
     return digests
 
 
+def kernels_minver(kernel_depends: list[dict[str, Any]] | None) -> str:
+    """metadata.json's kernels-minver for a variant of BUILD_LAYOUT with these kernel-depends
+    (the kernel's and its backend's)."""
+    return KERNELS_KERNEL_DEPENDS if kernel_depends else KERNELS_BASELINE
+
+
 def write_metadata(
     variant_dir: Path,
     *,
@@ -141,8 +159,10 @@ def write_metadata(
         "name": name,
         "id": module,
         "version": version,
+        # kernel-builder's keys, in its order (kernels-common metadata.rs `Metadata`).
+        "build-layout": BUILD_LAYOUT,
+        "kernels-minver": kernels_minver(kernel_depends),
         "license": license,
-        # kernel-builder's keys, in its order (kernels-data metadata.rs `Metadata`).
         **({"upstream": upstream} if upstream else {}),
         **({"source": source} if source else {}),
         "python-depends": python_depends,
