@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from kernel_matrix.checking import untouched
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError
 from kernel_matrix.hostfiles import write_file
@@ -101,6 +102,7 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
             "HIP_VISIBLE_DEVICES": "",
         }
         argv = [python, "-c", _LOAD, str(variant_dir.resolve()), name, backend, str(verdict)]
+        before = untouched.snapshot(variant_dir)
         try:
             with output.open("wb") as sink:
                 child = subprocess.Popen(
@@ -117,6 +119,11 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
                     child.wait()
         except OSError as exc:
             return f"{python} did not start ({exc.strerror or exc})"
+        # The import may not write into the variant: what it wrote would be published, and the
+        # loader (>= 0.18) refuses every later load of files that no longer match the digest.
+        wrote = untouched.written(variant_dir, before, f"importing {name}")
+        if wrote:
+            raise BuildError(wrote)
         said = _head(verdict, MESSAGE_CHARS)
         failed = code is None or not (said == "ok" or said.startswith("skip: "))
         if failed and log is not None:  # what the import printed: its last MiB

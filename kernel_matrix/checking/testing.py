@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_matrix.building.variant_dir import render_template
-from kernel_matrix.checking import needs_gpu
+from kernel_matrix.checking import needs_gpu, untouched
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError, ConfigError, TestFailure, ToolchainError
 from kernel_matrix.layout import CACHE, METADATA, is_built
 from kernel_matrix.planning.capabilities import runs_on
+from kernel_matrix.planning.variants import legacy_name
 
 if TYPE_CHECKING:
     from kernel_matrix.config.buildtoml import BuildConfig
@@ -43,9 +44,10 @@ NEEDS_GPU_PLUGIN = "kernel_matrix_needs_gpu"
 
 
 def resolve_variant_dir(target: str, build_dir: Path) -> Path:
-    """A variant directory, given its path or its name under build_dir."""
+    """A variant directory, given its path or its name under build_dir (kernels 0.19's new
+    form of a name too: the legacy-named build that serves it)."""
     path = Path(target)
-    candidate = path if path.is_dir() else build_dir / target
+    candidate = path if path.is_dir() else build_dir / legacy_name(target)
     if not is_built(candidate):
         raise ConfigError(
             f"{target}: not a built variant (no {candidate / METADATA}); "
@@ -278,9 +280,25 @@ def run_kernel_tests(
         # theirs wins, and the count is then not known).
         report = Path(scratch) / "report.xml"
         args = [f"--junit-xml={report}", *args]
-        code = _run_pytest(
-            env, variant_dir.name, copy, python=python, pytest_args=args, allow_empty=True, cwd=Path(scratch), home=home
-        )
+        before = untouched.snapshot(variant_dir)
+        suite = f"the test suite of {config.general.name}"
+        try:
+            code = _run_pytest(
+                env,
+                variant_dir.name,
+                copy,
+                python=python,
+                pytest_args=args,
+                allow_empty=True,
+                cwd=Path(scratch),
+                home=home,
+            )
+        except TestFailure:
+            # A file the suite wrote into the variant is the failure to name: the loader's digest
+            # check fails every load after it, which is likely what failed.
+            _fail_if_written(variant_dir, before, suite)
+            raise
+        _fail_if_written(variant_dir, before, suite)
         counts = _counts(report)
     if code == NO_TESTS_COLLECTED:
         marker = " marked kernels_ci" if marked else ""
@@ -298,6 +316,13 @@ def run_kernel_tests(
     need_gpu = len(counts.need_gpu)
     need = f" ({need_gpu} need{'s' if need_gpu == 1 else ''} a GPU: not run on CPU)" if need_gpu else ""
     return Outcome(f"{what}: {counts.ran - counts.skipped} ran, {counts.skipped} skipped{need}")
+
+
+def _fail_if_written(variant_dir: Path, before: untouched.Snapshot, during: str) -> None:
+    """TestFailure, in one line naming the file, where `during` wrote into the variant folder."""
+    wrote = untouched.written(variant_dir, before, during)
+    if wrote:
+        raise TestFailure(wrote)
 
 
 @contextlib.contextmanager
