@@ -138,8 +138,9 @@ def test_a_python_only_kernel_names_a_backend_once_and_keeps_to_its_cuda_range(t
     cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
     (cell,) = cells
     assert cell["variant"] == "torch-cuda" and cell["cuda"].startswith("12.")
-    newest = max(int(c["torch"].split(".")[1]) for c in plan(matrix_for(tmp_path, KERNEL_DIR, None), tmp_path)[0])
-    assert cell["torch"] == f"2.{newest}"  # the default matrix's newest torch has a CUDA 12 build
+    full = plan(matrix_for(tmp_path, KERNEL_DIR, None), tmp_path)[0]
+    newest = max(int(c["torch"].split(".")[1]) for c in full if (c["cuda"] or "").startswith("12."))
+    assert cell["torch"] == f"2.{newest}"  # the newest torch with a CUDA 12 build (2.15 has none)
 
     kernel = noarch_kernel(tmp_path, "gray-old", '["cuda", "cpu"]', general='[general.cuda]\nmaxver = "12.0"\n')
     cells, _ = plan(matrix_for(tmp_path, kernel, None), tmp_path)
@@ -308,10 +309,14 @@ def test_the_warning_names_the_maxver_where_the_newest_cuda_versions_refuse_a_se
 
 
 def test_the_warnings_bound_comes_from_the_whole_matrix_not_the_selection(tmp_path):
-    """The pr profile plans CUDA 12.6 (refused) and 13.2 for the newest torch: the bound that
-    leaves 12.6 out is still 12.8, which the full profile builds."""
+    """The pr profile plans CUDA 12.6 (refused) and 13.2 for the newest torch of a grid that
+    ends at 2.14: the bound that leaves 12.6 out is still 12.8, which the full profile builds."""
     kernel = blackwell_only(tmp_path)
-    result = kernel_matrix("matrix", "--kernel-dir", str(kernel), "--profile", "pr")
+    default = (KERNEL_DIR.parent / "kernel_matrix" / "data" / "default_matrix.yaml").read_text()
+    matrix = tmp_path / "build_matrix.yaml"
+    lines = [line for line in default.splitlines(keepends=True) if not line.startswith('  "2.15":')]
+    matrix.write_text("".join(lines).replace("kernel: .\n", f"kernel: {kernel.name}\n"))
+    result = kernel_matrix("matrix", "--file", str(matrix), "--profile", "pr")
     warnings = [line for line in result.stderr.splitlines() if "will fail to build" in line]
     assert warnings and all(w.endswith('general.cuda.minver = "12.8" leaves them out') for w in warnings)
 

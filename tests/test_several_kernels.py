@@ -70,13 +70,18 @@ def test_each_kernel_gets_the_cells_its_build_toml_allows(project):
     assert [c.name for c in by_kernel["img2gray"]] == [c.name for c in grid]
     assert {c.variant.backend for c in by_kernel["gray-cpu"]} == {"cpu"}
     assert len(by_kernel["gray-cpu"]) == len([c for c in grid if c.variant.backend == "cpu"])
-    # Stable ABI 2.12: one CUDA variant per CUDA version and arch, built with the newest torch; CPU stays per torch
-    # (the section is for every backend here, so CPU is stable too).
+    # Stable ABI 2.12: one CUDA variant per CUDA version and arch, built with the newest torch that ships that
+    # CUDA (12.6's is 2.14's: 2.15 has none); CPU too (the section is for every backend here, so CPU is stable too).
     stable = by_kernel["gray-stable"]
     cudas = {(c.variant.cuda, c.variant.arch) for c in grid if c.variant.cuda and c.variant.torch >= "2.12"}
     assert len([c for c in stable if c.variant.cuda]) == len(cudas)
-    newest = max((c.variant.torch for c in grid), key=lambda t: tuple(map(int, t.split("."))))
-    assert all(c.variant.torch == newest and c.name.startswith("torch-stable-abi212-") for c in stable)
+
+    def newest(cuda):
+        return max(
+            (c.variant.torch for c in grid if c.variant.cuda == cuda), key=lambda t: tuple(map(int, t.split(".")))
+        )
+
+    assert all(c.variant.torch == newest(c.variant.cuda) and c.name.startswith("torch-stable-abi212-") for c in stable)
     assert [c.name for c in by_kernel["pure"]] == ["torch-cpu", "torch-cuda", "torch-xpu"]
     for cell in resolved.cells:  # every name is one the loader parses back to itself
         assert parse_variant(cell.name).variant_str == cell.name
