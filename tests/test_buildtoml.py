@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from conftest import KERNEL_DIR, kernel_matrix
+from edition6 import edition_6_copy
 
 from kernel_matrix.config.buildtoml import load_build_toml
 from kernel_matrix.errors import ConfigError
@@ -261,12 +262,12 @@ def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, t
 EDITION_CASES = [
     ("edition 3", "edition = 5", "edition = 3", "edition = 3", "general.edition = 3 is not supported"),
     (
-        "edition 6",
+        "edition 7",
         "edition = 5",
-        "edition = 6",
-        "edition = 6",
-        "general.edition = 6 is not supported: kernel-builder reads `edition = 5`, and edition 4 as a file without "
-        "`edition`; no kernel-builder release reads a newer one",
+        "edition = 7",
+        "edition = 7",
+        "general.edition = 7 is not supported: kernel-builder reads `edition = 6` and `edition = 5`, and edition 4 as "
+        "a file without `edition`; no kernel-builder release reads a newer one",
     ),
     (
         "edition 4 with an edition 5 key",
@@ -398,7 +399,7 @@ def test_the_edition_3_advice_names_every_key_update_build_refuses_first(tmp_pat
     assert str(raised.value) == (
         f"{tmp_path / 'build.toml'}:1:1: edition 3 (no `edition`, no general.version and no [torch] or "
         "[torch-noarch] section): kernel-builder no longer builds this format; `kernel-builder update-build` "
-        "migrates it to edition 5 once general.name matches ^[a-z][-a-z0-9]*[a-z0-9]$ ('flash_sinkhorn' does not) "
+        "migrates it to edition 6 once general.name matches ^[a-z][-a-z0-9]*[a-z0-9]$ ('flash_sinkhorn' does not) "
         "and general.license is set and general.backends names only cann, cpu, cuda, metal, neuron, rocm, tpu, "
         "xpu ('triton' is none)"
     )
@@ -441,8 +442,8 @@ def test_matrix_notes_skipped_sections_and_an_edition_4_file_at_their_lines(kern
     path = kernel_copy / "build.toml"
     assert notes == [
         f"{path}:{section}:1: note: [kernel.gray_xpu] (xpu) skipped: kernel-matrix builds cpu and cuda",
-        f"{path}:{general}:1: note: no `edition` in [general]: read as edition 4 and upgraded to edition 5 in "
-        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 5",
+        f"{path}:{general}:1: note: no `edition` in [general]: read as edition 4 and upgraded in "
+        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 6",
     ]
 
 
@@ -477,8 +478,8 @@ def test_matrix_names_the_edition_4_files_of_a_repository_in_one_line(tmp_path):
     assert result.returncode == 0, result.stderr
     notes = [line for line in result.stderr.splitlines() if "note: " in line]
     assert notes == [
-        "note: 2 build.toml files have no `edition` in [general]: read as edition 4 and upgraded to edition 5 in "
-        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 5 (gray-a, gray-b)"
+        "note: 2 build.toml files have no `edition` in [general]: read as edition 4 and upgraded in "
+        "memory, as kernel-builder does; `kernel-builder update-build` writes edition 6 (gray-a, gray-b)"
     ]
 
 
@@ -644,18 +645,18 @@ def test_the_python_depends_names_are_the_loaders():
 @pytest.mark.parametrize(
     ("name", "license", "advice"),
     [
-        ("fp8-v3", 'license = "Apache-2.0"\n', "migrate it with `kernel-builder update-build` (it writes edition 5)"),
+        ("fp8-v3", 'license = "Apache-2.0"\n', "migrate it with `kernel-builder update-build` (it writes edition 6)"),
         (
             "qwen3_kernels",
             "",
-            "`kernel-builder update-build` migrates it to edition 5 once general.name matches "
+            "`kernel-builder update-build` migrates it to edition 6 once general.name matches "
             "^[a-z][-a-z0-9]*[a-z0-9]$ ('qwen3_kernels' does not) and general.license is set",
         ),
-        ("ok-name", "", "`kernel-builder update-build` migrates it to edition 5 once general.license is set"),
+        ("ok-name", "", "`kernel-builder update-build` migrates it to edition 6 once general.license is set"),
         (
             "fused-rms-norm",  # ChipFlow's: a Metal section key no edition has (round 19)
             'license = "MIT"\n',
-            "`kernel-builder update-build` migrates it to edition 5 once kernel.k.metal-std-version is removed "
+            "`kernel-builder update-build` migrates it to edition 6 once kernel.k.metal-std-version is removed "
             "(no edition has that key)",
         ),
     ],
@@ -671,3 +672,230 @@ def test_edition_3_advice_names_what_update_build_refuses_first(tmp_path, name, 
     with pytest.raises(ConfigError) as raised:
         load_build_toml(tmp_path)
     assert str(raised.value).endswith(advice) and "\n" not in str(raised.value), str(raised.value)
+
+
+# Edition 6 (kernels 0.19.1's kernels-common, config/v6.rs): kernel/ as `update-build` writes it.
+@pytest.fixture
+def kernel6(tmp_path):
+    return edition_6_copy(KERNEL_DIR, tmp_path / "kernel6")
+
+
+_RUST_CPU = '\n[kernel.fast]\nlanguage = "rust-cpu"\ncargo-manifest = "rs/Cargo.toml"\nsrc = ["rs/lib.rs"]\n'
+EDITION_6_CASES = [
+    (
+        "a typo in a language's section",
+        "cuda-capabilities = [",
+        "cuda-capabilites = [",
+        "cuda-capabilites",
+        "unknown key 'kernel.img2gray_cuda.cuda-capabilites'; did you mean 'cuda-capabilities'?",
+    ),
+    (
+        "another language's key",
+        'language = "cpp-cpu"\n',
+        'language = "cpp-cpu"\ncuda-flags = []\n',
+        "cuda-flags",
+        "unknown key 'kernel.img2gray_cpu.cuda-flags'",
+    ),
+    (
+        "a backend where edition 6 wants a language",
+        'language = "cpp-cuda"',
+        'backend = "cuda"',
+        "[kernel.img2gray_cuda]",
+        "missing required key 'kernel.img2gray_cuda.language'; edition 6 tags a section by its language: "
+        '`language = "cpp-cuda"`, not `backend`',
+    ),
+    (
+        "both tags",
+        'language = "cpp-cuda"',
+        'language = "cpp-cuda"\nbackend = "cuda"',
+        'backend = "cuda"',
+        "unknown key 'kernel.img2gray_cuda.backend'; edition 6 tags a section by its language: "
+        '`language = "cpp-cuda"`, not `backend`',
+    ),
+    (
+        "a backend's name as language",
+        'language = "cpp-cuda"',
+        'language = "cuda"',
+        'language = "cuda"',
+        "'kernel.img2gray_cuda.language' = 'cuda': expected one of cpp-cpu, cpp-cuda, cpp-metal, cpp-rocm, cpp-xpu, "
+        "rust-cpu, rust-cuda-oxide, rust-cutile; did you mean 'cpp-cuda'?",
+    ),
+    (
+        "build-layout is files or zip",
+        'build-layout = "files"',
+        'build-layout = "tar"',
+        "build-layout",
+        "'general.build-layout' = 'tar': Input should be 'files' or 'zip'",
+    ),
+    (
+        "the zip layout is not built",
+        'build-layout = "files"',
+        'build-layout = "zip"',
+        "build-layout",
+        "'general.build-layout' = 'zip': kernel-matrix builds the files layout only",
+    ),
+    (
+        "a Rust section needs [tvm-ffi]",
+        'repo-id = "kernel-matrix/img2gray"\n',
+        'repo-id = "kernel-matrix/img2gray"\n' + _RUST_CPU,
+        'language = "rust-cpu"',
+        '[kernel.fast] language = "rust-cpu": Rust kernels require a `[tvm-ffi]` framework',
+    ),
+    (
+        "a Rust section has only its own keys",
+        'repo-id = "kernel-matrix/img2gray"\n',
+        'repo-id = "kernel-matrix/img2gray"\n' + _RUST_CPU + "depends = []\n",
+        "depends = []",  # the first: the Rust section comes before the C++ ones
+        "unknown key 'kernel.fast.depends'",
+    ),
+    (
+        "cuTile needs CUDA 13.2",
+        'repo-id = "kernel-matrix/img2gray"\n',
+        'repo-id = "kernel-matrix/img2gray"\n'
+        + _RUST_CPU.replace("rust-cpu", "rust-cutile")
+        + 'tileiras-minver = "13.1"\n',
+        "tileiras-minver",
+        "'kernel.fast.tileiras-minver' = '13.1': must be at least 13.2, the first CUDA version with cuTile",
+    ),
+    (
+        "cuda-oxide names its crate",
+        'repo-id = "kernel-matrix/img2gray"\n',
+        'repo-id = "kernel-matrix/img2gray"\n'
+        + _RUST_CPU.replace("rust-cpu", "rust-cuda-oxide").replace('cargo-manifest = "rs/Cargo.toml"\n', ""),
+        "[kernel.fast]",
+        "missing required key 'kernel.fast.cargo-manifest'",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EDITION_6_CASES, ids=[c[0] for c in EDITION_6_CASES])
+def test_edition_6_is_read_as_kernels_common_reads_it(kernel6, case):
+    _, old, new, line_marker, message = case
+    _edit(kernel6, old, new)
+    (kernel6 / "rs").mkdir()
+    (kernel6 / "rs" / "lib.rs").write_text("")
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel6)
+    text = str(raised.value)
+    assert "\n" not in text and message in text, text
+    assert text.startswith(f"{kernel6 / 'build.toml'}:{_line_of(kernel6, line_marker)}:"), text
+
+
+def test_an_edition_6_file_is_its_edition_5_twin(kernel6):
+    """Its C++ sections are edition 5's, key for key: the same model (but its edition), the same
+    model_dump (the op namespace's hash), and build-layout files where it is not written."""
+    original, converted = load_build_toml(KERNEL_DIR), load_build_toml(kernel6)
+    assert converted.general.edition == 6 and converted.general.build_layout == "files"
+    assert converted.model_dump(mode="json") == original.model_dump(mode="json")
+    assert converted.model_copy(update={"general": converted.general.model_copy(update={"edition": 5})}) == original
+    _edit(kernel6, 'build-layout = "files"\n', "")
+    assert load_build_toml(kernel6).general.build_layout == "files"
+
+
+def test_every_cpp_language_is_read_and_those_not_built_are_skipped(kernel6):
+    sections = "".join(
+        f'\n[kernel.k_{language[4:]}]\nlanguage = "{language}"\ndepends = []\nsrc = ["csrc/img2gray_cpu.cpp"]\n{extra}'
+        for language, extra in [
+            ("cpp-metal", 'cxx-flags = ["-O2"]\n'),
+            ("cpp-rocm", 'rocm-archs = ["gfx942"]\nhip-flags = ["-O2"]\n'),
+            ("cpp-xpu", 'sycl-flags = ["-O2"]\n'),
+        ]
+    )
+    (kernel6 / "build.toml").write_text((kernel6 / "build.toml").read_text() + sections)
+    config = load_build_toml(kernel6)
+    assert {name: section.backend for name, section in config.kernel.items()} == {
+        "img2gray_cuda": "cuda",
+        "img2gray_cpu": "cpu",
+        "k_metal": "metal",
+        "k_rocm": "rocm",
+        "k_xpu": "xpu",
+    }
+    assert config.kernel["k_rocm"].rocm_archs == ["gfx942"] and config.skipped_sections() == [
+        "k_metal",
+        "k_rocm",
+        "k_xpu",
+    ]
+
+
+def test_a_rust_section_is_refused_in_one_line_naming_it(kernel6):
+    """kernel-builder builds Rust sections with its Nix toolchains; kernel-matrix's images have none.
+    A file kernels-common takes ([tvm-ffi] without src, a Rust kernel only) is refused at the section."""
+    text = (kernel6 / "build.toml").read_text()
+    torch = text[text.index("[torch]") :]
+    (kernel6 / "build.toml").write_text(
+        text[: text.index("[torch]")]
+        + "[tvm-ffi]\n"
+        + _RUST_CPU.replace("rust-cpu", "rust-cuda-oxide")
+        + 'cuda-capabilities = ["9.0"]\n'
+    )
+    (kernel6 / "rs").mkdir()
+    (kernel6 / "rs" / "lib.rs").write_text("")
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel6)
+    assert str(raised.value) == (
+        f"{kernel6 / 'build.toml'}:{_line_of(kernel6, 'rust-cuda-oxide')}:1: [kernel.fast] language = "
+        '"rust-cuda-oxide": kernel-matrix does not build Rust kernels (kernel-builder builds them with the Rust '
+        "toolchains of its Nix flake, which kernel-matrix's builder images do not have); build this kernel with "
+        "kernel-builder, or leave this section out"
+    )
+    assert "[torch]" in torch  # (the C++ kernel's sections went with it)
+
+
+def _mlx_kernel(folder, backends: str) -> None:
+    (folder / "torch-ext").mkdir(parents=True)
+    (folder / "build.toml").write_text(
+        f'[general]\nname = "mlx-gray"\nversion = 1\nedition = 6\nlicense = "MIT"\nbackends = {backends}\n\n'
+        '[mlx-noarch]\npyext = ["py", "metal"]\n'
+    )
+
+
+def test_mlx_noarch_is_read_and_skipped_like_metal(tmp_path):
+    _mlx_kernel(tmp_path, '["metal"]')
+    config = load_build_toml(tmp_path)
+    assert config.mlx_noarch is not None and config.mlx_noarch.pyext == ["py", "metal"]
+    assert config.unbuilt() == "[mlx-noarch]: an MLX kernel for Metal; kernel-matrix builds torch and tvm-ffi kernels"
+    result = kernel_matrix("matrix", "--kernel-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 2 and "[mlx-noarch]: an MLX kernel for Metal" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_mlx_noarch_is_for_metal_only(tmp_path):
+    _mlx_kernel(tmp_path, '["metal", "cpu"]')
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(tmp_path)
+    assert str(raised.value) == (
+        f"{tmp_path / 'build.toml'}:6:1: general.backends names 'cpu': [mlx-noarch] only supports the `metal` "
+        "backend (kernels-common)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "marker", "message"),
+    [
+        (
+            'license = "Apache-2.0"',
+            'license = "Apache-2.0"\nbuild-layout = "files"',
+            "build-layout",
+            "'general.build-layout' needs edition 6 (`kernel-builder update-build` writes it)",
+        ),
+        (
+            "[torch]\n",
+            "[mlx-noarch]\n[torch]\n",
+            "[mlx-noarch]",
+            "'mlx-noarch' needs edition 6 (`kernel-builder update-build` writes it)",
+        ),
+        (
+            'backend = "cpu"',
+            'backend = "cpu"\nlanguage = "cpp-cpu"',
+            "language",
+            "unknown key 'kernel.img2gray_cpu.language'; `language` is edition 6's (`edition = 6` in [general]): "
+            "editions 4 and 5 tag a section by `backend`",
+        ),
+    ],
+)
+def test_edition_6_keys_in_an_edition_5_file(kernel_copy, old, new, marker, message):
+    _edit(kernel_copy, old, new)
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel_copy)
+    first = str(raised.value).splitlines()[0]
+    assert first == f"{kernel_copy / 'build.toml'}:{_line_of(kernel_copy, marker)}:1: {message}", first

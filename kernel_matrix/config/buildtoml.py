@@ -1,7 +1,8 @@
-"""kernel/build.toml (kernel-builder's format, edition 5): parsed and validated.
+"""kernel/build.toml (kernel-builder's format, editions 4, 5 and 6): parsed and validated.
 
 Unknown keys are errors, as in kernel-builder, so a typo never silently builds
-something else."""
+something else. Every edition becomes the same BuildConfig (edition 5's shape):
+edition 4 upgraded in memory, edition 6 mapped onto it (config/edition6.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast, get_args
 
@@ -16,7 +18,7 @@ from packaging.version import Version as PackagingVersion
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernel_matrix import data
-from kernel_matrix.config import genex
+from kernel_matrix.config import edition6, genex
 from kernel_matrix.config.capability import Capability
 from kernel_matrix.config.configfile import read_config
 from kernel_matrix.config.didyoumean import did_you_mean
@@ -162,15 +164,23 @@ class TpuGeneral(Section):  # edition 5
     python_depends: list[str] | None = None
 
 
+# [general] build-layout (edition 6): the variant's Python package as files, or as
+# <id>.zip beside the library (the loader imports zip builds from kernels 0.19).
+BuildLayout = Literal["files", "zip"]
+
+
 class General(Section):
     name: Annotated[str, AfterValidator(_kernel_name)]
     # strict: `version = true` is no version (pydantic would read it as 1).
     version: int = Field(ge=0, strict=True)
-    edition: int | None = None  # 5; absent in edition 4 files (upgraded in memory)
+    # 5 or 6; absent in edition 4 files (upgraded in memory). Left out of model_dump, which
+    # hashes into the op namespace: a file and its twin of another edition build the same variant.
+    edition: int | None = Field(default=None, exclude=True)
     license: str
     upstream: Annotated[str, AfterValidator(_git_url)] | None = None
     source: Annotated[str, AfterValidator(_git_url)] | None = None
     backends: Annotated[list[Backend], AfterValidator(_some_backend)]
+    build_layout: BuildLayout = "files"  # edition 6 (editions 4 and 5 have no such key: files)
     python_depends: list[str] | None = None
     kernel_depends: list[KernelDependency] | None = None  # edition 5
     hub: Hub = Hub()
@@ -222,6 +232,18 @@ class TvmFfi(Section):
     cxx_flags: Flags = []
 
 
+class TvmFfi6(TvmFfi):
+    """Edition 6's [tvm-ffi]: src may be left out (a kernel of Rust sections has no C++ binding)."""
+
+    src: list[str] = []
+
+
+class MlxNoarch(Section):
+    """Edition 6's [mlx-noarch]: a Python-only MLX kernel, for Metal only (read, checked, not built)."""
+
+    pyext: list[str] | None = None
+
+
 class _KernelSectionBase(Section):
     depends: list[Dependency]
     src: list[str] = Field(min_length=1)
@@ -229,50 +251,150 @@ class _KernelSectionBase(Section):
     cxx_flags: list[str] = []
 
 
-class CpuKernel(_KernelSectionBase):
-    backend: Literal["cpu"]
+# Each backend's keys, shared by edition 5's section of that backend and edition 6's of its
+# C++ language: one tagged by `backend`, the other by `language` (kernels-common v5.rs, v6.rs).
+class _CpuKeys(_KernelSectionBase):
     cxx_flags: Flags = []
 
 
-class CudaKernel(_KernelSectionBase):
-    backend: Literal["cuda"]
+class _CudaKeys(_KernelSectionBase):
     cuda_capabilities: list[Capability] | None = None
     cxx_flags: Flags = []
     cuda_flags: Flags = []
     cuda_minver: Version | None = None
 
 
-class MetalKernel(_KernelSectionBase):
-    backend: Literal["metal"]
-
-
-class RocmKernel(_KernelSectionBase):
-    backend: Literal["rocm"]
+class _RocmKeys(_KernelSectionBase):
     rocm_archs: list[str] | None = None
     hip_flags: list[str] = []
 
 
-class XpuKernel(_KernelSectionBase):
-    backend: Literal["xpu"]
+class _XpuKeys(_KernelSectionBase):
     sycl_flags: list[str] = []
+
+
+class CpuKernel(_CpuKeys):
+    backend: Literal["cpu"]
+
+
+class CudaKernel(_CudaKeys):
+    backend: Literal["cuda"]
+
+
+class MetalKernel(_KernelSectionBase):
+    backend: Literal["metal"]
+
+
+class RocmKernel(_RocmKeys):
+    backend: Literal["rocm"]
+
+
+class XpuKernel(_XpuKeys):
+    backend: Literal["xpu"]
 
 
 # A [kernel.<name>] section: its `backend` says which of these it is.
 KernelSection = Annotated[CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel, Field(discriminator="backend")]
-_KERNEL_MODELS: dict[str, type[_KernelSectionBase]] = {
+_KERNEL_MODELS: dict[str, type[Section]] = {
     "cpu": CpuKernel,
     "cuda": CudaKernel,
     "metal": MetalKernel,
     "rocm": RocmKernel,
     "xpu": XpuKernel,
 }
+
+
+class CppCpuKernel(_CpuKeys):
+    language: Literal["cpp-cpu"]
+
+
+class CppCudaKernel(_CudaKeys):
+    language: Literal["cpp-cuda"]
+
+
+class CppMetalKernel(_KernelSectionBase):
+    language: Literal["cpp-metal"]
+
+
+class CppRocmKernel(_RocmKeys):
+    language: Literal["cpp-rocm"]
+
+
+class CppXpuKernel(_XpuKeys):
+    language: Literal["cpp-xpu"]
+
+
+def _has_tileiras(version: str) -> str:
+    if PackagingVersion(version) < PackagingVersion(edition6.MIN_TILEIRAS_VERSION):
+        raise ValueError(
+            f"must be at least {edition6.MIN_TILEIRAS_VERSION}, the first CUDA version with cuTile (kernels-common)"
+        )
+    return version
+
+
+class _RustKeys(Section):
+    cargo_manifest: str  # the crate's Cargo.toml, relative to the kernel's folder
+    src: list[str]
+
+
+class RustCpuKernel(_RustKeys):
+    language: Literal["rust-cpu"]
+
+
+class RustCudaOxideKernel(_RustKeys):
+    language: Literal["rust-cuda-oxide"]
+    cuda_capabilities: list[str] | None = None
+
+
+class RustCutileKernel(_RustKeys):
+    language: Literal["rust-cutile"]
+    tileiras_minver: Annotated[Version, AfterValidator(_has_tileiras)]
+
+
+# Edition 6's [kernel.<name>] section: its `language` says which of these it is.
+KernelSection6 = Annotated[
+    CppCpuKernel
+    | CppCudaKernel
+    | CppMetalKernel
+    | CppRocmKernel
+    | CppXpuKernel
+    | RustCpuKernel
+    | RustCudaOxideKernel
+    | RustCutileKernel,
+    Field(discriminator="language"),
+]
+_KERNEL_MODELS_6: dict[str, type[Section]] = {
+    "cpp-cpu": CppCpuKernel,
+    "cpp-cuda": CppCudaKernel,
+    "cpp-metal": CppMetalKernel,
+    "cpp-rocm": CppRocmKernel,
+    "cpp-xpu": CppXpuKernel,
+    "rust-cpu": RustCpuKernel,
+    "rust-cuda-oxide": RustCudaOxideKernel,
+    "rust-cutile": RustCutileKernel,
+}
 FRAMEWORKS = ("torch", "torch-noarch", "tvm-ffi")
+FRAMEWORKS_6 = (*FRAMEWORKS, "mlx-noarch")
 
 
-class BuildConfig(Section):
+class _BuildFile(Section):
+    """What every edition's file has beside its binding and [kernel.*] sections."""
+
     general: General
     torch: Torch | None = None
     torch_noarch: TorchNoarch | None = None
+    mlx_noarch: MlxNoarch | None = None  # edition 6 (_check_edition refuses it in older ones)
+
+
+class BuildFile6(_BuildFile):
+    """An edition 6 file as written: checked as kernels-common reads it (v6.rs), then
+    mapped onto BuildConfig (edition6.as_edition_5), which the rest of kernel-matrix reads."""
+
+    tvm_ffi: TvmFfi6 | None = None
+    kernel: dict[str, KernelSection6] = {}
+
+
+class BuildConfig(_BuildFile):
     tvm_ffi: TvmFfi | None = None
     kernel: dict[str, KernelSection] = {}
 
@@ -326,9 +448,11 @@ class BuildConfig(Section):
 
     def unbuilt(self) -> str | None:
         """Why kernel-matrix builds no variant of this kernel (a compiled kernel of backends
-        it does not build: Metal, ROCm, XPU only), or None. kernel-builder builds those on
-        their own platforms."""
+        it does not build: Metal, ROCm, XPU only; an [mlx-noarch] kernel), or None.
+        kernel-builder builds those on their own platforms."""
         backends = self.general.backends
+        if self.mlx_noarch is not None:  # edition 6: read and checked like a Metal section, not built
+            return "[mlx-noarch]: an MLX kernel for Metal; kernel-matrix builds torch and tvm-ffi kernels"
         if self.noarch or set(backends) & set(BUILDABLE_BACKENDS):
             return None
         return f"general.backends {backends}: kernel-matrix builds {' and '.join(BUILDABLE_BACKENDS)} kernels"
@@ -349,13 +473,15 @@ def located(kernel_dir: Path, *loc: str) -> str:
     return where(path, *toml_key_position(text, loc))
 
 
+# What `kernel-builder update-build` writes (kernels 0.19: edition 6, which its Nix builder requires).
+UPDATE_BUILD_WRITES = "edition 6"
 # The editions load_build_toml reads (4: a file without `edition`, upgraded in memory);
 # `matrix --check-upstream` compares the newest with kernels-common's (tests/test_upstream.py
 # checks this list against what the reader accepts).
-EDITIONS = (4, 5)
+EDITIONS = (4, 5, 6)
 EDITION_4_NOTE = (
-    "no `edition` in [general]: read as edition 4 and upgraded to edition 5 in memory, as kernel-builder "
-    "does; `kernel-builder update-build` writes edition 5"
+    "no `edition` in [general]: read as edition 4 and upgraded in memory, as kernel-builder "
+    f"does; `kernel-builder update-build` writes {UPDATE_BUILD_WRITES}"
 )
 
 
@@ -416,21 +542,27 @@ def load_build_toml(kernel_dir: Path) -> BuildConfig:
             message = f"'{key}' is set twice (first at line {earlier}): TOML allows a key or table once"
         raise ConfigError(f"{where(path, line, col)}: invalid TOML: {message}") from None
     problems = Problems(path)
-    if not _check_edition(problems, text, raw):
+    schema = _check_edition(problems, text, raw)
+    if schema is None:
         problems.raise_if_any()  # another format: reading it as edition 5 would only say so again
-    config = None
+    assert schema is not None  # _check_edition said why it is none
+    checked = None
     try:
-        config = BuildConfig.model_validate(raw)
+        checked = schema.model.model_validate(raw)
     except ValidationError as exc:
-        for line, col, message in _validation_problems(text, raw, exc):
+        for line, col, message in _validation_problems(text, raw, exc, schema):
             problems.add(line, col, message)
     # These read the parsed text, not the model, so they run where it did not validate too.
-    _check_framework(problems, text, raw)
+    _check_framework(problems, text, raw, schema)
     _check_sources(problems, text, kernel_dir, raw)
     _check_python_depends(problems, text, raw)
+    if schema is _EDITION_6 and checked is not None:  # as kernels-common checks them: once its keys are read
+        edition6.check(problems, text, raw)
     problems.raise_if_any()
-    assert config is not None  # a ValidationError added at least one problem
-    return config
+    if isinstance(checked, BuildConfig):
+        return checked
+    # Edition 6, checked, is read as its edition 5 twin (its C++ sections are edition 5's): the same model.
+    return BuildConfig.model_validate(edition6.as_edition_5(raw))
 
 
 # Arrays and inline tables nest two or three levels in a real build.toml; tomllib
@@ -486,43 +618,67 @@ _EDITION_5_ONLY = [
 ]
 
 
-def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> bool:
-    """Edition 5 as is; a file without `edition` as kernel-builder's builds take it:
-    edition 4 upgraded in memory, edition 3 and older refused with how to migrate them.
-    False where the file is no edition 4 or 5 (nothing else in it is checked)."""
+@dataclass(frozen=True)
+class _Schema:
+    """How the file of an edition is checked: its model, the key that says which model a
+    [kernel.*] section is (and those models), and its frameworks."""
+
+    model: type[_BuildFile]
+    tag: str
+    kernels: dict[str, type[Section]]
+    frameworks: tuple[str, ...]
+
+
+_EDITION_5 = _Schema(BuildConfig, "backend", _KERNEL_MODELS, FRAMEWORKS)  # and edition 4, upgraded
+_EDITION_6 = _Schema(BuildFile6, "language", _KERNEL_MODELS_6, FRAMEWORKS_6)
+
+
+def _check_edition(problems: Problems, text: str, raw: dict[str, Any]) -> _Schema | None:
+    """Editions 5 and 6 as they are; a file without `edition` as kernel-builder's builds take
+    it: edition 4 upgraded in memory, edition 3 and older refused with how to migrate them.
+    The schema to check the file with, or None where the file is no edition 4, 5 or 6
+    (nothing else in it is checked)."""
     section = raw.get("general")
     general: dict[str, Any] = section if isinstance(section, dict) else {}
     edition = general.get("edition")
-    if edition is None:
-        if "backends" not in general:
-            problems.add(*toml_key_position(text, ("general",)), _no_backends(raw))
-            return False
-        for loc in _EDITION_5_ONLY:
-            if _lookup(raw, loc) is not None:
-                problems.add(
-                    *toml_key_position(text, loc), f"'{'.'.join(loc)}' needs edition 5: add `edition = 5` to [general]"
-                )
-        if isinstance(_lookup(raw, ("torch", "stable-abi")), dict):
-            problems.add(
-                *toml_key_position(text, ("torch", "stable-abi")),
-                "a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`",
-            )
-        return _check_edition_4(problems, text, raw, general)
-    elif edition != 5 or isinstance(edition, bool):
+    if edition == 6 and not isinstance(edition, bool):
+        return _EDITION_6
+    if edition is not None and (edition != 5 or isinstance(edition, bool)):
         # A newer edition than kernel-builder's own: update-build cannot help, only its author.
-        newer = isinstance(edition, int) and not isinstance(edition, bool) and edition > 5
+        newer = isinstance(edition, int) and not isinstance(edition, bool) and edition > 6
         advice = (
-            "no kernel-builder release reads a newer one (huggingface/kernels @8ac69fc5, kernels-data config/)"
+            "no kernel-builder release reads a newer one (kernels 0.19.1, kernels-common config/)"
             if newer
-            else "`kernel-builder update-build` writes edition 5"
+            else f"`kernel-builder update-build` writes {UPDATE_BUILD_WRITES}"
         )
         problems.add(
             *toml_key_position(text, ("general", "edition")),
-            f"general.edition = {edition!r} is not supported: kernel-builder reads `edition = 5`, and edition 4 "
-            f"as a file without `edition`; {advice}",
+            f"general.edition = {edition!r} is not supported: kernel-builder reads `edition = 6` and `edition = 5`, "
+            f"and edition 4 as a file without `edition`; {advice}",
         )
-        return False
-    return True
+        return None
+    if edition is None and "backends" not in general:
+        problems.add(*toml_key_position(text, ("general",)), _no_backends(raw))
+        return None
+    for loc in edition6.EDITION_6_ONLY:
+        if _lookup(raw, loc) is not None:
+            problems.add(
+                *toml_key_position(text, loc),
+                f"'{'.'.join(loc)}' needs edition 6 (`kernel-builder update-build` writes it)",
+            )
+    if edition == 5:
+        return _EDITION_5
+    for loc in _EDITION_5_ONLY:
+        if _lookup(raw, loc) is not None:
+            problems.add(
+                *toml_key_position(text, loc), f"'{'.'.join(loc)}' needs edition 5: add `edition = 5` to [general]"
+            )
+    if isinstance(_lookup(raw, ("torch", "stable-abi")), dict):
+        problems.add(
+            *toml_key_position(text, ("torch", "stable-abi")),
+            "a per-backend [torch.stable-abi] table needs edition 5: add `edition = 5`",
+        )
+    return _EDITION_5 if _check_edition_4(problems, text, raw, general) else None
 
 
 # Edition 3's keys (kernels-data config/v3.rs, deny_unknown_fields): a file with others is no edition 3.
@@ -585,9 +741,9 @@ def _check_edition_4(problems: Problems, text: str, raw: dict[str, Any], general
         *([f"general.backends names only {', '.join(get_args(Backend))} ({unknown[0]!r} is none)"] if unknown else []),
         *([f"{unread[0]} is removed (no edition has that key)"] if unread else []),
     ]
-    advice = "migrate it with `kernel-builder update-build` (it writes edition 5)"
+    advice = f"migrate it with `kernel-builder update-build` (it writes {UPDATE_BUILD_WRITES})"
     if blockers:
-        advice = f"`kernel-builder update-build` migrates it to edition 5 once {' and '.join(blockers)}"
+        advice = f"`kernel-builder update-build` migrates it to {UPDATE_BUILD_WRITES} once {' and '.join(blockers)}"
     problems.add(
         *toml_key_position(text, ("general",)),
         f"edition 3 (no `edition`, {' and '.join(missing)}): kernel-builder no longer builds this format; {advice}",
@@ -613,23 +769,26 @@ def _lookup(data: object, loc: tuple[str, ...]) -> object:
     return data
 
 
-def _check_framework(problems: Problems, text: str, raw: dict[str, Any]) -> None:
-    found = [name for name in FRAMEWORKS if name in raw]
+def _check_framework(problems: Problems, text: str, raw: dict[str, Any], schema: _Schema) -> None:
+    # Every edition's frameworks are counted: an edition 5 file's [mlx-noarch] is its
+    # framework, which _check_edition refuses (it needs edition 6).
+    found = [name for name in FRAMEWORKS_6 if name in raw]
     if len(found) != 1:
+        *others, last = [f"[{name}]" for name in schema.frameworks]
         problems.add(
             *(toml_key_position(text, (found[1],)) if len(found) > 1 else (1, 1)),
-            "a kernel has exactly one of [torch], [torch-noarch] and [tvm-ffi] "
+            f"a kernel has exactly one of {', '.join(others)} and {last} "
             f"(found {', '.join(f'[{n}]' for n in found) or 'none'})",
         )
 
 
-def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...], schema: _Schema) -> type[BaseModel] | None:
     """The model of the table at loc (for "did you mean" on an unknown key)."""
-    model: type[BaseModel] | None = BuildConfig
+    model: type[BaseModel] | None = schema.model
     for index, part in enumerate(loc):
-        if model is BuildConfig and part == "kernel" and index + 1 < len(loc):
-            backend = _lookup(raw, ("kernel", str(loc[index + 1]), "backend"))
-            return _KERNEL_MODELS.get(str(backend)) if index + 2 == len(loc) else None
+        if model is schema.model and part == "kernel" and index + 1 < len(loc):
+            tag = _lookup(raw, ("kernel", str(loc[index + 1]), schema.tag))
+            return schema.kernels.get(str(tag)) if index + 2 == len(loc) else None
         field = next((f for n, f in (model.model_fields.items() if model else []) if (f.alias or n) == part), None)
         if field is None:
             return None
@@ -638,24 +797,26 @@ def _section_model(raw: dict[str, Any], loc: tuple[str | int, ...]) -> type[Base
     return model
 
 
-def _validation_problems(text: str, raw: dict[str, Any], exc: ValidationError) -> list[tuple[int, int, str]]:
+def _validation_problems(
+    text: str, raw: dict[str, Any], exc: ValidationError, schema: _Schema
+) -> list[tuple[int, int, str]]:
     """(line, col, message) for each place the model refuses, once: a value of a
     union (stable-abi) fails once per member, and the first says enough."""
     problems: dict[tuple[str | int, ...], tuple[int, int, str]] = {}
     for error in exc.errors():
-        loc = _key_path(raw, error)
+        loc = _key_path(raw, error, schema)
         if loc not in problems:
-            problems[loc] = _describe(text, raw, loc, error)
+            problems[loc] = _describe(text, raw, loc, error, schema)
     # A union's member that refuses a key inside the value says more than one that refuses the
     # value as a whole (`stable-abi = {gpu = "2.10"}`: not a string, and 'gpu' no backend).
     return [problem for loc, problem in problems.items() if not any(o[: len(loc)] == loc != o for o in problems)]
 
 
-def _key_path(raw: dict[str, Any], error: Mapping[str, Any]) -> tuple[str | int, ...]:
+def _key_path(raw: dict[str, Any], error: Mapping[str, Any], schema: _Schema) -> tuple[str | int, ...]:
     """pydantic's error location as keys of the file: less a [kernel.*] section's
-    backend tag and union members' names ("str"), which are none."""
+    backend (language) tag and union members' names ("str"), which are none."""
     loc = tuple(error["loc"])
-    if len(loc) >= 3 and loc[0] == "kernel" and loc[2] in _KERNEL_MODELS:
+    if len(loc) >= 3 and loc[0] == "kernel" and loc[2] in schema.kernels:
         loc = loc[:2] + loc[3:]
     missing = loc[-1:] if error["type"] == "missing" else ()  # the key to add: not in the file
     path: list[str | int] = []
@@ -669,27 +830,49 @@ def _key_path(raw: dict[str, Any], error: Mapping[str, Any]) -> tuple[str | int,
 
 
 def _describe(
-    text: str, raw: dict[str, Any], loc: tuple[str | int, ...], error: Mapping[str, Any]
+    text: str, raw: dict[str, Any], loc: tuple[str | int, ...], error: Mapping[str, Any], schema: _Schema
 ) -> tuple[int, int, str]:
-    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a [kernel.*] section's backend
-        backend = _lookup(raw, (*map(str, loc), "backend"))
-        loc = (*loc, "backend")
-        if backend is None:
+    hint = ""
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a [kernel.*] section's backend (language)
+        tag = _lookup(raw, (*map(str, loc), schema.tag))
+        hint = _other_edition_tag(raw, loc, schema)
+        loc = (*loc, schema.tag)
+        if tag is None:
             error = {"type": "missing"}
         else:
-            error = {"type": "", "input": backend, "msg": f"expected one of {', '.join(_KERNEL_MODELS)}"}
+            choices = list(schema.kernels)
+            # An edition 5 backend where edition 6 wants a language: cuda is cpp-cuda.
+            close = f"; did you mean 'cpp-{tag}'?" if f"cpp-{tag}" in choices else did_you_mean(tag, choices, quote="'")
+            error = {"type": "", "input": tag, "msg": f"expected one of {', '.join(choices)}{close}"}
     line, col = toml_key_position(text, loc)
     dotted = ".".join(str(part) for part in loc)
     if error["type"] == "extra_forbidden":
-        model = _section_model(raw, loc[:-1])
+        model = _section_model(raw, loc[:-1], schema)
         known = [f.alias or n for n, f in model.model_fields.items()] if model else []
         what = f"unknown key '{dotted}'" + did_you_mean(loc[-1], known, quote="'")
+        if len(loc) == 3 and loc[0] == "kernel" and loc[2] in ("backend", "language"):
+            hint = _other_edition_tag(raw, loc[:2], schema)
     elif error["type"] == "missing":
         what = f"missing required key '{dotted}'"
     else:
         value = _as_written(text, line, loc, error.get("input"))
         what = f"'{dotted}' = {value}: {error['msg'].removeprefix('Value error, ')}"
-    return line, col, what
+    return line, col, what + hint
+
+
+def _other_edition_tag(raw: dict[str, Any], section: tuple[str | int, ...], schema: _Schema) -> str:
+    """What to say of a [kernel.*] section tagged as the other edition tags it: edition 6
+    names a section's `language`, editions 4 and 5 its `backend`."""
+    table = _lookup(raw, tuple(map(str, section)))
+    if not isinstance(table, dict):
+        return ""
+    if schema is _EDITION_6 and "backend" in table:
+        backend = table["backend"]
+        language = f'`language = "cpp-{backend}"`' if f"cpp-{backend}" in _KERNEL_MODELS_6 else "`language`"
+        return f"; edition 6 tags a section by its language: {language}, not `backend`"
+    if schema is _EDITION_5 and "language" in table:
+        return "; `language` is edition 6's (`edition = 6` in [general]): editions 4 and 5 tag a section by `backend`"
+    return ""
 
 
 def _as_written(text: str, line: int, loc: tuple[str | int, ...], value: object) -> str:
