@@ -24,10 +24,24 @@ class ExitCode(IntEnum):
 
 
 def shared_exit_code(codes: Iterable[ExitCode], mixed: ExitCode) -> ExitCode:
-    """The exit code of a run of several failures: the one they all share, the most specific
-    (every kernel's suite failed: TEST), else `mixed`, the command's own kind of failure."""
+    """The exit code of a run of several failures, the one rule every command that combines
+    results uses (docs/exit-codes.md): the code they all share, the most specific (every
+    kernel's suite failed: TEST), else `mixed`, the command's own kind of failure."""
     distinct = set(codes)
     return distinct.pop() if len(distinct) == 1 else mixed
+
+
+def failure_code(value: object) -> ExitCode | None:
+    """value as the code of a failure, where it is one (an int naming an ExitCode other than
+    OK); else None. For codes from outside this process: a worker's outcome file, a child's
+    exit status, which may be anything (a bool, 137 for a kill)."""
+    if type(value) is not int:  # a bool is an int too (JSON's true is 1)
+        return None
+    try:
+        code = ExitCode(value)
+    except ValueError:
+        return None
+    return None if code is ExitCode.OK else code
 
 
 class KernelMatrixError(Exception):
@@ -82,3 +96,19 @@ class EngineError(KernelMatrixError):
 
 class NotReproducedError(KernelMatrixError):
     exit_code = ExitCode.NOT_REPRODUCED
+
+
+def _fold_statuses(argv: list[str]) -> int:
+    """`python -I errors.py MIXED STATUS...`: shared_exit_code over child processes' exit
+    statuses (a status that is no failure code counts as FAILURE), for the shell programs
+    that combine results (kernel_matrix/scripts/test-variant's batch): the same rule, not a
+    copy of it. This file imports nothing but the standard library, so any python3 runs it."""
+    mixed, *statuses = argv
+    codes = [failure_code(int(status)) or ExitCode.FAILURE for status in statuses]
+    return int(shared_exit_code(codes, ExitCode[mixed])) if codes else int(ExitCode.OK)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(_fold_statuses(sys.argv[1:]))

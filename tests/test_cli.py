@@ -38,8 +38,9 @@ def test_the_list_above_names_the_main_commands():
 
 
 def test_exit_codes_are_distinct():
-    codes = [code.value for code in ExitCode]
-    assert len(codes) == len(set(codes))
+    # __members__, not iteration: iterating an IntEnum skips aliases (a second name for a value).
+    codes = [code.value for code in ExitCode.__members__.values()]
+    assert len(set(codes)) == len(ExitCode.__members__)
 
 
 def test_a_missing_torch_is_a_toolchain_error(tmp_path):
