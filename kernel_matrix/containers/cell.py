@@ -31,9 +31,9 @@ from kernel_matrix.building.variant_dir import replace_dir
 from kernel_matrix.checking import abi
 from kernel_matrix.containers import images
 from kernel_matrix.containers.build_request import BuildRequest
-from kernel_matrix.containers.container_output import check_tree, copy_regular
+from kernel_matrix.containers.container_output import OUTCOME, check_tree, copy_regular, reported_failure
 from kernel_matrix.containers.engine import Limits, Mount, build_user, container
-from kernel_matrix.errors import BuildError, EngineError
+from kernel_matrix.errors import BuildError, ConfigError
 from kernel_matrix.hostfiles import real_dir, write_file
 from kernel_matrix.layout import BuildDir, is_built
 from kernel_matrix.planning.matrix import Cell
@@ -70,7 +70,13 @@ def build_cell(
     build reads (mounted read-only); its new entries are merged into cache.root
     once the variant has passed its checks."""
     if cell.variant.arch != host_arch():
-        raise EngineError(f"{cell.name}: an {cell.variant.arch} cell cannot be built on this {host_arch()} host")
+        # Bad input, not a missing tool (kernel-matrix emulates no other CPU, so nothing to
+        # install helps): the cell was sent to the wrong runner, or selected on the wrong host.
+        arch, host = cell.variant.arch, host_arch()
+        raise ConfigError(
+            f"{cell.name}: an {arch} cell cannot be built on this {host} host: build it on an {arch} runner "
+            f"(build_matrix.yaml's archs.{arch}.build-runner) or select this host's cells (--only arch={host})"
+        )
     kernel_dir, build_dir = kernel_dir.resolve(), build_dir.resolve()
     user = build_user()
     source = git_state(kernel_dir)
@@ -153,7 +159,11 @@ def build_cell(
         if result.exit_code != 0:
             last = next((ln for ln in reversed(result.output.splitlines()) if ln.strip()), "no output")
             last = last.replace(inside, f"{build_dir}/")
-            raise BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
+            failed = BuildError(f"{cell.name}: the build in {image} failed (exit {result.exit_code}): {last.strip()}")
+            # Which failure it was (the ABI check's 7, ...), as the worker's outcome says: read from
+            # the private folder, checked above, never from a file an earlier run left in build_dir.
+            failed.exit_code = reported_failure(BuildDir(Path(private)).log(cell.name, OUTCOME), result.exit_code)
+            raise failed
         made = sorted(p.name for p in Path(private).iterdir() if is_built(p))
         if made != [cell.name]:
             raise BuildError(f"{cell.name}: the build in {image} made {made or 'nothing'} (see {log_path})")

@@ -6,17 +6,27 @@ folder may be a symbolic link to a host file, a hard link, a FIFO that blocks
 a reader, or a device node. Before anything there is read, copied or moved
 into build/, the whole tree is checked once the container is gone (so nothing
 changes it any more): directories and regular files with one link only;
-anything else fails the cell with one line naming it."""
+anything else fails the cell with one line naming it.
+
+The worker's outcome (OUTCOME, beside its logs) says which failure ended a build
+that failed; the host believes it only so far as it names another failure
+(reported_failure)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
 
-from kernel_matrix.errors import BuildError
+from kernel_matrix.errors import BuildError, ExitCode, failure_code
 from kernel_matrix.hostfiles import atomic_writer
+
+# The log kind (BuildDir.log(cell, OUTCOME)) of the worker's outcome: {"exit_code": 7}.
+OUTCOME = "outcome.json"
+# More than an outcome ever holds: a bigger file is not read.
+_OUTCOME_BYTES = 4096
 
 _KINDS = {
     stat.S_IFLNK: "a symbolic link",
@@ -83,3 +93,27 @@ def strip_set_id_bits(root: Path) -> list[Path]:
                 os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
                 changed.append(path)
     return changed
+
+
+def reported_failure(outcome: Path, status: int) -> ExitCode:
+    """The exit code of a build container whose worker exited with status (not 0): the
+    failure its outcome file names (an ABI check: 7, a wrong builder: 4), else BUILD.
+    The container ran the kernel's build, which can write that file too, so the code is
+    taken only where it is a failure's ExitCode and the worker's own exit status is that
+    same code: it can change which failure is reported, never turn one into a success,
+    and never name a code the worker did not exit with. A file that is missing, a link,
+    too big or not such JSON counts as no outcome."""
+    try:
+        fd = os.open(outcome, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ExitCode.BUILD
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            return ExitCode.BUILD
+        data = stream.read(_OUTCOME_BYTES + 1)
+    try:
+        said = json.loads(data) if len(data) <= _OUTCOME_BYTES else None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
+        return ExitCode.BUILD
+    code = failure_code(said.get("exit_code")) if isinstance(said, dict) else None
+    return code if code is not None and code == status else ExitCode.BUILD
