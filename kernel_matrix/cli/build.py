@@ -379,9 +379,13 @@ def wheels(
         log=console.print,
     )
     stdout.print(render.wheels_table(results))
-    failed = [r.cell.name for r in results if not r.ok]
-    if failed:
-        raise BuildError(f"{len(failed)} of {len(results)} wheels failed: {', '.join(failed)}")
+    failures = [r for r in results if not r.ok]
+    if failures:
+        names = ", ".join(r.cell.name for r in failures)
+        # The most specific code the failures share (every wheel refused by abi3audit: 7), else BUILD.
+        error = BuildError(f"{len(failures)} of {len(results)} wheels failed: {names}")
+        error.exit_code = shared_exit_code((r.exit_code for r in failures), ExitCode.BUILD)
+        raise error
 
 
 def shell(

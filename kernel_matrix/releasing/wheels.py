@@ -30,7 +30,7 @@ from kernel_matrix.checking.abi import MANYLINUX, PYTHON_ABI
 from kernel_matrix.containers.container_output import check_tree
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.images import PipSetup, builder_for
-from kernel_matrix.errors import AbiError, BuildError, KernelMatrixError, ToolchainError
+from kernel_matrix.errors import AbiError, BuildError, ExitCode, KernelMatrixError, ToolchainError
 from kernel_matrix.hostfiles import append_log, check_build_dir, write_file
 from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.matrix import Cell
@@ -194,6 +194,7 @@ class WheelResult:
     cell: Cell
     wheel: Path | None
     message: str  # the wheel's path, or why it failed
+    exit_code: ExitCode = ExitCode.OK  # a failure's kind, as the CLI's exit codes tell it
 
     @property
     def ok(self) -> bool:
@@ -226,5 +227,14 @@ def build_wheels(
                 made = build_wheel(cell, item.build_dir.variant(cell.name), builder, spec, out_dir, log_path)
                 results.append(WheelResult(cell, made, str(made)))
             except (KernelMatrixError, DockerException, OSError) as exc:
-                results.append(WheelResult(cell, None, (str(exc).splitlines() or [type(exc).__name__])[0]))
+                message = (str(exc).splitlines() or [type(exc).__name__])[0]
+                results.append(WheelResult(cell, None, message, _exit_code_of(exc)))
     return results
+
+
+def _exit_code_of(exc: Exception) -> ExitCode:
+    """A failed wheel's kind: kernel-matrix's errors their own, the engine's ENGINE, and a
+    file the wheel could not be made from or written to (OSError) BUILD."""
+    if isinstance(exc, KernelMatrixError):
+        return exc.exit_code
+    return ExitCode.ENGINE if isinstance(exc, DockerException) else ExitCode.BUILD
