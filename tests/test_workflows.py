@@ -1803,7 +1803,9 @@ def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_pat
     (it needs a CPU build), the CUDA one after it is still tested, and the batch fails naming the one."""
     cpu, cuda = a_cell("cpu"), a_cell("cuda")
     code, log, stderr = run_test_variant(tmp_path, cpu, "--cpu-only", torch_cuda=cuda["cuda"], gpu=False, batch=(cuda,))
-    assert code == 1, stderr
+    # One failure: the batch exits with its own code, as the CPU variant alone does (docs/exit-codes.md).
+    alone, _, _ = run_test_variant(tmp_path / "alone", cpu, "--cpu-only", torch_cuda=cuda["cuda"], gpu=False)
+    assert code == alone != 0, stderr
     assert [line for line in log if line.startswith("kernel-matrix test")] == [
         f"kernel-matrix test build/{cuda['path']} CUDA_VISIBLE_DEVICES="
     ]
@@ -1855,7 +1857,8 @@ def test_test_variant_refuses_an_empty_name_in_a_batch(tmp_path, variants):
     (tmp_path / "build" / "b" / "metadata.json").write_text("{}")
     env = {**os.environ, "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
     result = subprocess.run(["bash", TEST_VARIANT, variants], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 1 and USAGE in result.stderr, result.stderr
+    # A usage error (2) beside no Python (4, PYTHON=false): test-variant's own code, 6 (docs/exit-codes.md).
+    assert result.returncode == 6 and USAGE in result.stderr, result.stderr
     assert "variants failed: " in result.stderr
 
 
@@ -1871,5 +1874,6 @@ def test_test_variant_removes_only_a_batchs_own_environments(tmp_path):
     result = subprocess.run(
         ["bash", TEST_VARIANT, "a,../victim"], env=env, capture_output=True, text=True, cwd=tmp_path
     )
-    assert result.returncode == 1 and "error: 2 of 2 variants failed: a ../victim" in result.stderr, result.stderr
+    # Neither is built (3 each): the code they share.
+    assert result.returncode == 3 and "error: 2 of 2 variants failed: a ../victim" in result.stderr, result.stderr
     assert victim.is_dir() and not own.exists()

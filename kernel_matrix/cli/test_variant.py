@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -22,8 +23,9 @@ SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_opti
 def test_variant(ctx: typer.Context) -> None:
     """Test a built variant against exactly its cell's torch, in an environment of its own:
     [--cpu-only] [--kernel NAME] VARIANT (from the folder holding build/)."""
-    # The cell's environment gets this very kernel-matrix, unless the caller names another (`.`).
-    env = {"KERNEL_MATRIX_INSTALL": running_install(), **os.environ}
+    # The cell's environment gets this very kernel-matrix, unless the caller names another (`.`);
+    # a batch's exit code is combined by this interpreter (errors.py's rule).
+    env = {"KERNEL_MATRIX_INSTALL": running_install(), **os.environ, "KERNEL_MATRIX_PYTHON": sys.executable}
     raise typer.Exit(subprocess.run(["bash", str(SCRIPT), *ctx.args], env=env, check=False).returncode)
 
 
