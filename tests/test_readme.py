@@ -11,6 +11,18 @@ import pytest
 from conftest import REPO
 
 README = REPO / "README.md"
+# The README and the docs it links (whose links test_every_link_... follows).
+DOCS = [README, *sorted((REPO / "docs").rglob("*.md"))]
+# Every command these show is run verbatim, but two pages' that need what this machine lacks: workflows.md's
+# job-by-job reproduction (its build runs in the official CUDA image, from a registry; test-gpu needs a GPU)
+# and runner-host.md's set-up of a GPU host (root, NVIDIA's packages, GitHub's runner).
+NOT_RUN_HERE = {REPO / "docs" / "workflows.md", REPO / "docs" / "runner-host.md"}
+
+
+def docs_text() -> str:
+    return "\n".join(path.read_text() for path in DOCS if path not in NOT_RUN_HERE)
+
+
 CI_RUN = REPO / ".ci" / "run"
 
 # How each command is run verbatim: by .ci/run (checked to hold it) or by the test of this module named.
@@ -42,9 +54,9 @@ RUN_BY = {
 
 
 def readme_commands(heading: str | None = None) -> list[str]:
-    """Each command line of README.md's ```sh blocks (under one ## or ### heading, if given), its trailing
-    comment removed."""
-    text = README.read_text()
+    """Each command line of the ```sh blocks of README.md and docs/ (under one ## or ### heading, if given),
+    its trailing comment removed."""
+    text = docs_text()
     if heading is not None:
         text = re.split(r"^#+ ", re.split(rf"^#+ {re.escape(heading)}\n", text, flags=re.M)[1], flags=re.M)[0]
     blocks = re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
@@ -67,6 +79,17 @@ def test_every_readme_command_is_run_verbatim_by_a_test():
             assert callable(globals().get(runner)), runner
     assert command_lines(CI_RUN)[-1] == "scripts/test", ".ci/run must end with the README's test command"
     assert command_lines(REPO / "scripts" / "test")[0] == "scripts/setup-dev"
+
+
+def test_every_link_between_the_readme_and_the_docs_leads_to_a_file():
+    """The README was split into docs/ by reader: a relative link that leads nowhere is a page lost."""
+    broken = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if not re.match(r"[a-z]+:", target) and not (path.parent / target).exists():
+                broken.append(f"{path.relative_to(REPO)}: {target}")
+    assert broken == []
+    assert len(README.read_text().splitlines()) < 150, "the README is for a kernel author's five minutes"
 
 
 def command_lines(script) -> list[str]:
@@ -122,7 +145,7 @@ def test_the_container_and_wheel_commands(clone, engine):
     wheels = sorted(p.name for p in (clone / "build" / "wheels").glob("*.whl"))
     # The local profile is this host's CUDA (13.0: the wheel the README names), or CPU without nvcc.
     named = "img2gray-1+torch214cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
-    assert named in README.read_text()
+    assert named in docs_text()
     cuda = find_nvcc()
     label = {None: "cpu", "13.0": "cu130"}.get(cuda.version if cuda else None, "other")
     assert wheels == [f"img2gray-1+torch214{label}-cp39-abi3-manylinux_2_28_x86_64.whl"]

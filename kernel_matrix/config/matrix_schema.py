@@ -1,4 +1,4 @@
-"""The schema of build_matrix.yaml (see README: "build_matrix.yaml").
+"""The schema of build_matrix.yaml (see docs/guide/matrix.md).
 
 Pydantic models with unknown keys forbidden; the version tables default to the
 packaged data (kernel_matrix/data/*.yaml) and each row can be overridden here."""
