@@ -233,7 +233,8 @@ def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path
     sh("git add -A && git commit -q -m relu", repository, env)
 
     # GitHub is the stand-in of github_standin.py (git's own insteadOf), its main this checkout as it is;
-    # pip builds it with .venv's setuptools (no index here; pip reads "0" as --no-build-isolation), and takes its dependencies from .venv.
+    # pip builds it with .venv's setuptools (no index here; pip reads "0" as --no-build-isolation),
+    # and takes its dependencies from .venv.
     from github_standin import snapshot_commit, stand_in
 
     github = stand_in(tmp_path / "github")
