@@ -16,7 +16,7 @@ class ExitCode(IntEnum):
     BUILD = 5  # a compiler or linker failed
     TEST = 6  # a variant's test suite failed
     ABI = 7  # a library breaks the abi3 or manylinux rules
-    OUTDATED = 8  # upstream has torch releases or CUDA builds the matrix lacks
+    OUTDATED = 8  # upstream has torch releases, CUDA builds, a loader release or a build.toml edition we lack
     NETWORK = 9  # a package index or server cannot be reached
     PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
     ENGINE = 11  # no container engine answers
