@@ -44,20 +44,22 @@ def pip(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
-def loader_wheels() -> Path:
-    """CACHE, holding a wheel of each of LOADERS for this Python and nothing else."""
+def loader_wheels(version: str) -> Path:
+    """CACHE/<version>, holding a wheel of that release of the loader and of each of its dependencies
+    for this Python (0.17 needs sigstore 4, which a .venv set up with a newer loader lacks); a folder
+    of a release no longer in LOADERS is removed."""
     CACHE.mkdir(parents=True, exist_ok=True)
     with FileLock(str(CACHE.parent / "kernels-loaders.lock")):  # pytest-xdist's workers share it
         for stale in CACHE.iterdir():
-            if not any(stale.name.startswith(f"kernels-{version}-") for version in LOADERS):
-                stale.unlink()
-        for version in LOADERS:
-            wanted = ("download", "--no-deps", "--only-binary=:all:", "-d", str(CACHE), f"kernels=={version}")
-            cached = pip(*wanted, "--no-index", "--find-links", str(CACHE))
-            if cached.returncode != 0:  # not cached for this Python yet: from PyPI, once
-                fetched = pip(*wanted, "--index-url", "https://pypi.org/simple")
-                assert fetched.returncode == 0, fetched.stdout + fetched.stderr
-    return CACHE
+            if stale.name not in LOADERS:
+                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        folder = CACHE / version
+        wanted = ("download", "--only-binary=:all:", "-d", str(folder), f"kernels=={version}")
+        cached = pip(*wanted, "--no-index", "--find-links", str(folder))
+        if cached.returncode != 0:  # not cached for this Python yet: from PyPI, once
+            fetched = pip(*wanted, "--index-url", "https://pypi.org/simple")
+            assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +95,7 @@ def test_kernel_matrix_installs_plans_and_tests_a_variant_with_the_loader(versio
 
     # pip install of kernel-matrix's wheel beside this release resolves (kernel-matrix's other
     # dependencies are .venv's, already there).
-    wheels, loader = loader_wheels(), f"kernels=={version}"
+    wheels, loader = loader_wheels(version), f"kernels=={version}"
     install = pip("--python", str(python), "install", "--no-index", "--find-links", str(wheels), str(wheel), loader)
     said = install.stdout + install.stderr
     assert install.returncode == 0 and "incompatible" not in said and "ResolutionImpossible" not in said, said
