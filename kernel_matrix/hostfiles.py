@@ -30,7 +30,9 @@ from typing import BinaryIO
 
 from kernel_matrix.errors import ConfigError
 
-_KINDS = {
+# What a path that is no plain file or folder is, by its stat.S_IFMT (the container's output is
+# checked against the same table).
+SPECIAL_KINDS = {
     stat.S_IFLNK: "a symbolic link",
     stat.S_IFIFO: "a FIFO",
     stat.S_IFSOCK: "a socket",
@@ -136,7 +138,7 @@ def _folder(path: Path) -> Iterator[int]:
 
 
 def _kind(mode: int, otherwise: str = "not a plain file or folder") -> str:
-    return _KINDS.get(stat.S_IFMT(mode), otherwise)
+    return SPECIAL_KINDS.get(stat.S_IFMT(mode), otherwise)
 
 
 def _kind_at(folder: int, name: str) -> str | None:

@@ -21,20 +21,12 @@ import stat
 from pathlib import Path
 
 from kernel_matrix.errors import BuildError, ExitCode, failure_code
-from kernel_matrix.hostfiles import atomic_writer
+from kernel_matrix.hostfiles import SPECIAL_KINDS, atomic_writer
 
 # The log kind (BuildDir.log(cell, OUTCOME)) of the worker's outcome: {"exit_code": 7}.
 OUTCOME = "outcome.json"
 # More than an outcome ever holds: a bigger file is not read.
 _OUTCOME_BYTES = 4096
-
-_KINDS = {
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
 
 
 class UnsafeOutputError(BuildError):
@@ -53,7 +45,7 @@ def check_tree(root: Path, *, owner: tuple[int, int] | None = None) -> None:
         for name in [*dirs, *files]:
             path = Path(directory) / name
             info = os.lstat(path)
-            kind = _KINDS.get(stat.S_IFMT(info.st_mode))
+            kind = SPECIAL_KINDS.get(stat.S_IFMT(info.st_mode))
             if kind is None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
                 kind = "a hard link"
             if kind is not None:
