@@ -36,6 +36,15 @@ def _line_of(kernel_copy, needle: str) -> int:
     return next(i for i, line in enumerate((kernel_copy / "build.toml").read_text().splitlines(), 1) if needle in line)
 
 
+def _assert_refused_at(kernel, line_marker: str, message: str) -> None:
+    """Its build.toml is refused in one line that starts at the line holding line_marker and says message."""
+    with pytest.raises(ConfigError) as raised:
+        load_build_toml(kernel)
+    text = str(raised.value)
+    assert "\n" not in text and message in text, text
+    assert text.startswith(f"{kernel / 'build.toml'}:{_line_of(kernel, line_marker)}:"), text
+
+
 CASES = [
     (
         "unknown key",
@@ -339,11 +348,7 @@ EDITION_CASES = [
 def test_editions_frameworks_and_keys_as_kernel_builder_reads_them(kernel_copy, case):
     _, old, new, line_marker, message = case
     _edit(kernel_copy, old, new)
-    with pytest.raises(ConfigError) as raised:
-        load_build_toml(kernel_copy)
-    text = str(raised.value)
-    assert "\n" not in text and message in text, text
-    assert text.startswith(f"{kernel_copy / 'build.toml'}:{_line_of(kernel_copy, line_marker)}:"), text
+    _assert_refused_at(kernel_copy, line_marker, message)
 
 
 @pytest.mark.parametrize(
@@ -774,11 +779,7 @@ def test_edition_6_is_read_as_kernels_common_reads_it(kernel6, case):
     _edit(kernel6, old, new)
     (kernel6 / "rs").mkdir()
     (kernel6 / "rs" / "lib.rs").write_text("")
-    with pytest.raises(ConfigError) as raised:
-        load_build_toml(kernel6)
-    text = str(raised.value)
-    assert "\n" not in text and message in text, text
-    assert text.startswith(f"{kernel6 / 'build.toml'}:{_line_of(kernel6, line_marker)}:"), text
+    _assert_refused_at(kernel6, line_marker, message)
 
 
 def test_an_edition_6_file_is_its_edition_5_twin(kernel6):
