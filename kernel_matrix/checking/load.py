@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from kernel_matrix.checking import untouched
+from kernel_matrix.checking.confine import writes_confined_to
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError
 from kernel_matrix.hostfiles import write_file
@@ -104,9 +105,18 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
         argv = [python, "-c", _LOAD, str(variant_dir.resolve()), name, backend, str(verdict)]
         before = untouched.snapshot(variant_dir)
         try:
-            with output.open("wb") as sink:
+            # It writes its verdict into scratch, and nowhere else but the variant, where a write
+            # is named below (confine.py; unconfined, and silent about it, where Linux cannot).
+            with output.open("wb") as sink, writes_confined_to([Path(scratch), variant_dir]) as confinement:
                 child = subprocess.Popen(
-                    argv, cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
+                    argv,
+                    cwd=home,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=sink,
+                    stderr=sink,
+                    start_new_session=True,
+                    preexec_fn=confinement.preexec_fn,
                 )
                 try:
                     code = child.wait(timeout=LOAD_SECONDS)

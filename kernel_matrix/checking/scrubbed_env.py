@@ -12,12 +12,11 @@ check's import, `kernel-matrix test`'s suite): one definition of what it never g
 - None of kernel-matrix's own settings (KERNEL_MATRIX_*): the dependency cache
   (KERNEL_MATRIX_DEPS_CACHE, else under XDG_CACHE_HOME) is not named to it.
 
-What this does not do: the code still runs as this user, who can read and write whatever
-that user can (the real HOME is in /etc/passwd; the build folder's object cache is beside
-the variant). Nothing short of a container or another user keeps it from a folder; a
-kernel that is not trusted is built and tested in containers. What keeps a write into the
-caches from reaching a build is that they are checked at the moment of use: an object
-against the hash it is named by, a dependency tree against the digest of its files."""
+What this does not do: the code still runs as this user, who can read whatever that user
+can (the real HOME is in /etc/passwd). Where it may write is confine.py's job (Landlock:
+its HOME, scratch and the variant it tests, not the caches); and the caches are checked at
+the moment of use all the same: an object against the hash it is named by, a dependency
+tree against the digest of its files."""
 
 from __future__ import annotations
 

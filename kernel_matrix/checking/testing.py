@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kernel_matrix.building.variant_dir import render_template
 from kernel_matrix.checking import needs_gpu, untouched
+from kernel_matrix.checking.confine import writes_confined_to
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError, ConfigError, TestFailure, ToolchainError
 from kernel_matrix.layout import CACHE, METADATA, is_built
@@ -100,7 +101,7 @@ def run_installed_tests(
         say(gpu.note)
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-home-", ignore_cleanup_errors=True) as home:
         selection = {INSTALLED_ENV: package}
-        _run_pytest(selection, package, tests_dir, python=python, pytest_args=pytest_args, home=Path(home))
+        _run_pytest(selection, package, tests_dir, python=python, pytest_args=pytest_args, home=Path(home), say=say)
     return Outcome("installed")
 
 
@@ -292,6 +293,9 @@ def run_kernel_tests(
                 allow_empty=True,
                 cwd=Path(scratch),
                 home=home,
+                # Its own variant too: what it writes there is named below (untouched.py).
+                writable=[variant_dir],
+                say=say,
             )
         except TestFailure:
             # A file the suite wrote into the variant is the failure to name: the loader's digest
@@ -485,9 +489,16 @@ def _run_pytest(
     allow_empty: bool = False,
     cwd: Path | None = None,
     home: Path,
+    writable: Sequence[Path] = (),
+    say: Callable[[str], None] = lambda note: None,
 ) -> int:
+    """Run pytest on tests_dir for what `selection` names. It writes nowhere but its HOME
+    (home, its temporary files there too), its working folder and `writable` (confine.py),
+    where this machine's Linux can keep it to them; a note (say) where it cannot."""
     # No secret, a HOME of its own (home), none of kernel-matrix's settings; then what it tests.
     env = {**scrubbed_environment(home), **selection}
+    env["TMPDIR"] = str(home / "tmp")  # pytest's tmp_path and tempfile's folders: writable
+    (home / "tmp").mkdir(exist_ok=True)
     python = _absolute(python)
     argv = [
         python or sys.executable,
@@ -502,7 +513,11 @@ def _run_pytest(
     # cwd is the tests folder (or a scratch copy's parent): nothing of the service or
     # the kernel's sources is importable.
     try:
-        code = subprocess.run(argv, cwd=cwd or tests_dir, env=env, check=False).returncode
+        with writes_confined_to([home, cwd or tests_dir, *writable]) as confinement:
+            if confinement.missing:
+                say(f"the suite can write wherever this user can (the object cache too): {confinement.missing}")
+            run = subprocess.run(argv, cwd=cwd or tests_dir, env=env, check=False, preexec_fn=confinement.preexec_fn)
+        code = run.returncode
     except OSError as exc:
         raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
     if code != 0 and not (allow_empty and code == NO_TESTS_COLLECTED):
