@@ -103,12 +103,14 @@ def test(
     each_kernel(kernels, test_one, mixed=ExitCode.TEST)
 
 
-def _built_host_variant(chosen: Kernel, folder: Path, command: str, *, python: str | None) -> Path:
-    """This host's variant of chosen, built under folder, for a command without --backend
-    (check-abi, verify): the one line naming what is built there otherwise."""
+def _built_host_variant(
+    chosen: Kernel, folder: Path, command: str, *, python: str | None, backend: str | None = None
+) -> Path:
+    """This host's variant of chosen (of `backend`, where given), built under folder, for
+    check-abi and verify: the one line naming what is built there otherwise."""
     from kernel_matrix.checking.testing import resolve_host_variant
 
-    name, _ = _host_variants(chosen, python=python, backend=None)
+    name, _ = _host_variants(chosen, python=python, backend=backend)
     return resolve_host_variant(name, folder, {}, command)
 
 
@@ -154,6 +156,7 @@ def check_abi(
     kernel: KernelOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     build_dir: BuildDirOption = Path("build"),
+    backend: BackendOption = None,
     python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = PYTHON_ABI,
     manylinux: Annotated[
         str, typer.Option(help="manylinux policy to check symbol versions against, or 'none'.")
@@ -174,7 +177,8 @@ def check_abi(
     if variant is None:  # this host's variant of each kernel, as `build` made it and `test` tests it
 
         def host(chosen: Kernel, subfolder: str | None) -> None:
-            check(_built_host_variant(chosen, BuildDir(build_dir, subfolder).path, "check-abi", python=None))
+            folder = BuildDir(build_dir, subfolder).path
+            check(_built_host_variant(chosen, folder, "check-abi", python=None, backend=backend))
 
         each_kernel(selection.kernel_folders(), host)
         return
