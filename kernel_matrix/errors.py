@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     PUBLISH = 10  # the Hub refused a publish (auth, permissions, missing repo)
     ENGINE = 11  # no container engine answers
     NOT_REPRODUCED = 12  # a rebuild from the sources differs from the variant it verifies
+    UNTRUSTED = 13  # a variant is unsigned, signed by someone else, or differs from what was signed
 
 
 def shared_exit_code(codes: Iterable[ExitCode], mixed: ExitCode) -> ExitCode:
@@ -96,6 +97,10 @@ class EngineError(KernelMatrixError):
 
 class NotReproducedError(KernelMatrixError):
     exit_code = ExitCode.NOT_REPRODUCED
+
+
+class UntrustedError(KernelMatrixError):
+    exit_code = ExitCode.UNTRUSTED
 
 
 def _fold_statuses(argv: list[str]) -> int:

@@ -21,6 +21,9 @@ from pathlib import Path
 
 # Written last into a variant folder: its presence means the variant is whole.
 METADATA = "metadata.json"
+# metadata.json's Sigstore bundle beside it (publish --sign), as kernels-community's
+# `cosign sign-blob --bundle` writes it and the loader (>= 0.18) reads it; outside the digest.
+SIGNATURE = METADATA + ".sigstore"
 # The build folder's own subfolders (clean removes them; they are never a variant).
 LOGS, CACHE = "logs", ".cache"
 # A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).

@@ -48,7 +48,7 @@ def test_several_failures_fold_to_the_code_they_share_else_the_commands(codes, m
     assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == f"{int(folded)}\n"
 
 
-@pytest.mark.parametrize("value", [0, 13, 137, -1, True, "7", 7.0, None, [7]])
+@pytest.mark.parametrize("value", [0, 14, 137, -1, True, "7", 7.0, None, [7]])
 def test_only_an_int_naming_a_failure_is_a_failure_code(value):
     assert failure_code(value) is None
     assert failure_code(7) is ExitCode.ABI

@@ -53,6 +53,8 @@ DEFAULT_BRANCH_CLAUSE = "github.ref == format('refs/heads/{0}', github.event.rep
 # release wheels, and kernel-matrix's own release (the GitHub release; PyPI's OIDC token).
 WRITERS = {
     ("reusable-build.yml", "release-wheels"): {"contents": "write"},
+    # Sigstore's keyless signing of each published variant (publish --sign): an OIDC token, no write.
+    ("reusable-build.yml", "publish"): {"contents": "read", "id-token": "write"},
     ("release.yml", "github-release"): {"contents": "write"},
     ("release.yml", "pypi"): {"id-token": "write"},
 }
@@ -378,7 +380,7 @@ def test_workflows_are_locked_down(path):
     for name, job in workflow["jobs"].items():
         if "uses" in job:  # a caller: a reusable workflow of this repository, granting what its jobs may ask
             granted = {
-                ("build.yml", REUSABLE): {"contents": "write"},
+                ("build.yml", REUSABLE): {"contents": "write", "id-token": "write"},
                 ("upstream.yml", "./.github/workflows/reusable-upstream.yml"): {"contents": "read"},
             }
             assert (path.name, job["uses"]) in granted, name
@@ -1381,12 +1383,15 @@ def test_the_publish_condition_names_the_default_branch_rule_word_for_word():
 @pytest.mark.parametrize(
     ("context", "argv"),
     [
-        (run_context("push", ref="refs/tags/v1.2.0"), ["--profile", "full", "--no-dry-run", "--tag", "v1.2.0"]),
-        (run_context("dispatch", publish=True), ["--profile", "full", "--no-dry-run"]),
-        (run_context("dispatch", publish=True, dry_run=True, profile="pr"), ["--profile", "pr", "--dry-run"]),
+        (
+            run_context("push", ref="refs/tags/v1.2.0"),
+            ["--profile", "full", "--no-dry-run", "--sign", "--tag", "v1.2.0"],
+        ),
+        (run_context("dispatch", publish=True), ["--profile", "full", "--no-dry-run", "--sign"]),
+        (run_context("dispatch", publish=True, dry_run=True, profile="pr"), ["--profile", "pr", "--dry-run", "--sign"]),
         (
             run_context("dispatch", ref="refs/tags/v2.0.0", publish=True, dry_run=True),
-            ["--profile", "full", "--dry-run", "--tag", "v2.0.0"],
+            ["--profile", "full", "--dry-run", "--sign", "--tag", "v2.0.0"],
         ),
     ],
     ids=["tag", "dispatch-main", "dispatch-dry-run-pr", "dispatch-tag-dry-run"],
@@ -1437,7 +1442,19 @@ def test_only_the_publish_job_sees_secrets_and_the_hub_environment():
         # kernel-matrix's own release: PyPI's Trusted Publisher names this environment (release.yml).
         ("release.yml", "pypi"): {"name": "pypi", "url": "https://pypi.org/project/kernel-matrix/"},
     }
-    assert JOBS["publish"]["permissions"] == {"contents": "read"}
+    assert JOBS["publish"]["permissions"] == {"contents": "read", "id-token": "write"}
+
+
+def test_publish_signs_unless_the_caller_says_not_to_and_only_publish_may_ask_for_an_oidc_token():
+    inputs = BUILD["on"]["workflow_call"]["inputs"]
+    assert inputs["sign"] == {**inputs["sign"], "type": "boolean", "default": True}
+    (publish_step,) = [s for s in JOBS["publish"]["steps"] if "kernel-matrix publish" in s.get("run", "")]
+    assert '"$SIGN"' in publish_step["run"]
+    for sign, expected in ((True, "--sign"), (False, "--no-sign")):
+        context = {"inputs": {"sign": sign}, "github": {}}
+        assert render(publish_step["env"]["SIGN"], context) == expected
+    asking = sorted(name for name, job in JOBS.items() if "id-token" in job.get("permissions", {}))
+    assert asking == ["publish"]
 
 
 def test_only_the_release_jobs_hold_a_token_that_may_write():
@@ -1465,10 +1482,10 @@ def test_only_the_release_jobs_hold_a_token_that_may_write():
         if "write" in str(job.get("permissions"))
     }
     # The caller's job grants what release-wheels asks (a called job can have no more than its caller's).
-    assert writers == {("build.yml", "kernel-matrix"): {"contents": "write"}, **WRITERS}
+    assert writers == {("build.yml", "kernel-matrix"): {"contents": "write", "id-token": "write"}, **WRITERS}
     # Word for word too, comments aside: no other `<scope>: write` (or write-all) anywhere, top level included.
     code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for p in WORKFLOWS for line in p.read_text().splitlines())
-    assert sorted(re.findall(r"[\w-]+:\s*write(?:-all)?\b", code)) == ["contents: write"] * 3 + ["id-token: write"]
+    assert sorted(re.findall(r"[\w-]+:\s*write(?:-all)?\b", code)) == ["contents: write"] * 3 + ["id-token: write"] * 3
     # They run nothing of the repository's: no checkout, no kernel-matrix, no script.
     for steps in (JOBS["release-wheels"]["steps"], own, RELEASE["jobs"]["pypi"]["steps"]):
         assert not any("actions/checkout" in s.get("uses", "") for s in steps)

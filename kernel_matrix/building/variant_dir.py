@@ -32,7 +32,7 @@ from kernel_matrix import __version__
 from kernel_matrix.building.provenance import GitState, builder_git_state
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.hostfiles import write_file
-from kernel_matrix.layout import METADATA
+from kernel_matrix.layout import METADATA, SIGNATURE
 
 # metadata.json's build-layout: the variant's files as they are (kernels-common
 # config/mod.rs BuildLayout). kernel-builder's other layout, "zip" (the Python package as
@@ -109,13 +109,15 @@ def write_python_package(
 
 def variant_files(variant_dir: Path) -> list[Path]:
     """Every file of a variant, metadata.json included, but what the loader's digest
-    leaves out (__pycache__, .pyc), in order."""
+    leaves out (__pycache__, .pyc, and the signature beside metadata.json, which signs
+    it), in order."""
     return [
         path
         for path in sorted(variant_dir.rglob("*"))
         if path.is_file()
         and not _UNHASHED_DIRS & set(path.relative_to(variant_dir).parts)
         and path.suffix not in _UNHASHED_SUFFIXES
+        and path.relative_to(variant_dir).as_posix() != SIGNATURE
     ]
 
 

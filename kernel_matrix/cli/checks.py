@@ -25,6 +25,7 @@ from kernel_matrix.cli.options import (
 from kernel_matrix.errors import AbiError, ConfigError, ExitCode, KernelMatrixError
 from kernel_matrix.layout import METADATA, BuildDir
 from kernel_matrix.planning.variants import ImageKind
+from kernel_matrix.releasing import signatures
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -261,16 +262,50 @@ def verify(
     in_container: Annotated[
         bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
     ] = False,
+    signed_by: Annotated[
+        str | None,
+        typer.Option(
+            help="Check each variant's signature first: signed by this GitHub repository (OWNER/NAME)'s release "
+            "workflow, and every file as signed."
+        ),
+    ] = None,
+    signer_workflow: Annotated[
+        str, typer.Option(help="The signing workflow's path in that repository.")
+    ] = signatures.DEFAULT_WORKFLOW,
+    signer_ref: Annotated[
+        list[str] | None,
+        typer.Option(help="A ref it may have run for, a glob (repeatable; default: refs/tags/v* and refs/heads/main)."),
+    ] = None,
+    trust_root: Annotated[
+        Path | None,
+        typer.Option(help="A Sigstore trusted_root.json to verify signatures with (default: Sigstore's public one)."),
+    ] = None,
+    signatures_only: Annotated[
+        bool, typer.Option("--signatures-only", help="With --signed-by: check signatures and files, rebuild nothing.")
+    ] = False,
 ) -> None:
     """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
 
     The kernel is the matrix's (--kernel NAME in a matrix of several, or --kernel-dir).
     This host's variants are rebuilt natively, other cells of the matrix in their
     builder image. Exit 0 when every file is identical; 12 (one line per differing
-    file) when one differs; 4 when a variant cannot be rebuilt here."""
+    file) when one differs; 4 when a variant cannot be rebuilt here; 13 (one line per
+    variant) when --signed-by finds one unsigned, foreign-signed, tampered or mismatched."""
+    from kernel_matrix.config.github_event import check_repository
     from kernel_matrix.releasing.verify import verify_command
 
     check_verify_options(repo_id, revision)
+    if signatures_only and signed_by is None:
+        raise ConfigError("--signatures-only: give --signed-by OWNER/NAME, whose signatures to check")
+    signer = (
+        signatures.Signer(
+            check_repository(signed_by, "--signed-by"),
+            signer_workflow,
+            tuple(signer_ref) if signer_ref else signatures.DEFAULT_REFS,
+        )
+        if signed_by is not None
+        else None
+    )
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if len(kernels) != 1:
         names = ", ".join(k.name for k, _ in kernels)
@@ -292,6 +327,9 @@ def verify(
         # Unwrapped: a line names a file and its digests, for people and scripts alike.
         log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
         report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
+        signer=signer,
+        trust_root=trust_root,
+        rebuild=not signatures_only,
     )
 
 

@@ -38,6 +38,7 @@ from kernel_matrix.cli.init_pin import REUSABLE, Pin, resolve
 from kernel_matrix.cli.init_search import MATRIX, default_spec, find_kernels, torch_minors
 from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.config.flake import TORCH_VERSIONS, flake_line
+from kernel_matrix.config.github_event import check_repository
 from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.github_jobs import batching
 from kernel_matrix.planning.selection import Selection
@@ -48,8 +49,6 @@ UPSTREAM_WORKFLOW = Path(".github/workflows/kernel-matrix-upstream.yml")
 # GitHub's rules: an owner is letters, digits and single inner hyphens, 39 at most; a
 # repository name letters, digits, '.', '_' and '-', 100 at most, here not starting with '.'
 # or '-' (never '.' or '..', a path; and what reusable-build.yml takes as its install's URL).
-OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 # A commit, a tag or a branch: git's ref characters, without '..', '@{' or a leading '-' or '/'.
 REF = re.compile(r"^(?!.*\.\.)(?!.*@\{)(?![-/.])[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 # An abbreviated commit, which GitHub does not take as a reusable workflow's ref.
@@ -109,7 +108,7 @@ def init(
     never overwritten (exit 2, nothing written); no GitHub: exit 9, nothing written."""
     release = Release.packaged()
     if repository is not None:
-        _check_repository(repository)
+        check_repository(repository, "--repository")
     repository = repository or release.repository
     ref = _checked(ref, REF, "--ref", "a commit, tag or branch")
     if ref is not None and SHORT_COMMIT.match(ref):  # GitHub pins a reusable workflow by a full SHA
@@ -185,16 +184,6 @@ def _absent(targets: list[Path]) -> None:
     for target in targets:
         if os.path.lexists(target):
             raise ConfigError(f"{target}: exists; init never overwrites a file (nothing written)")
-
-
-def _check_repository(repository: str) -> None:
-    """OWNER/NAME as GitHub takes them: never a path such as a/.. in the URLs init writes."""
-    owner, slash, name = repository.partition("/")
-    if not slash or not OWNER.match(owner) or not NAME.match(name):
-        raise ConfigError(
-            f"--repository {repository!r}: expected OWNER/NAME, a GitHub owner (letters, digits, inner hyphens) "
-            "and repository name (letters, digits, '.', '_', '-'; not starting with '.' or '-')"
-        )
 
 
 def _inside(directory: Path, target: Path) -> None:

@@ -44,23 +44,35 @@ def publish(
     dry_run: Annotated[bool, typer.Option(help="Print what would change, write nothing.")] = False,
     tag: Annotated[str | None, typer.Option(help="Also tag the release commit (e.g. the git tag).")] = None,
     manylinux: Annotated[str, typer.Option(help="manylinux policy of the ABI gate, or 'none'.")] = MANYLINUX,
+    sign: Annotated[
+        bool,
+        typer.Option(
+            "--sign/--no-sign",
+            help="Sign each variant's metadata.json with Sigstore (keyless: this GitHub Actions job's OIDC identity).",
+        ),
+    ] = False,
 ) -> None:
     """Publish each kernel's built variants to branch v<version> of its Hub repo (or \\[general.hub] branch),
     in one commit per kernel.
 
-    Every kernel's release is checked (complete, digests, ABI) before any is published."""
+    Every kernel's release is checked (complete, digests, ABI), and with --sign signed,
+    before any is published."""
     from huggingface_hub import HfApi
 
     from kernel_matrix.releasing import publish as hub
     from kernel_matrix.releasing.kernel_card import kernel_card
-    from kernel_matrix.releasing.release import prepare_releases, release_branch
+    from kernel_matrix.releasing.release import prepare_releases, release_branch, signed_release
+    from kernel_matrix.releasing.signatures import keyless_signer
 
     resolved = resolve(selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir))
     if tag is not None:
         hub.check_tag(tag)
+    signer = keyless_signer() if sign else None  # no identity to sign with: refused before any check
     releases = prepare_releases(
         resolved, build_dir, repo_id, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
     )
+    if signer is not None and not dry_run:
+        releases = [(target, signed_release(release, signer)) for target, release in releases]
     if tag is not None:  # before anything is published: a tag no kernel's release can take
         for _, release in releases:
             hub.check_tag_beside_branch(tag, release_branch(release.config))

@@ -27,6 +27,22 @@ PULL_REQUEST_EVENTS = frozenset(
 # (ubuntu-24.04, ubuntu-24.04-arm, ubuntu-latest, windows-2025, macos-15-intel ...).
 # Self-hosted runners must never carry such a label (docs/runner-host.md).
 GITHUB_HOSTED_LABEL = re.compile(r"^(ubuntu|windows|macos)-(latest|\d+(\.\d+)?)(-(arm|arm64|intel|large|xlarge))?$")
+# A repository's OWNER/NAME as GitHub takes them: never a path such as a/.. in a URL made of it.
+OWNER = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+
+def check_repository(repository: str, option: str) -> str:
+    """repository, where it is OWNER/NAME as GitHub takes them; else ConfigError naming option."""
+    from kernel_matrix.errors import ConfigError
+
+    owner, slash, name = repository.partition("/")
+    if not slash or not OWNER.match(owner) or not NAME.match(name):
+        raise ConfigError(
+            f"{option} {repository!r}: expected OWNER/NAME, a GitHub owner (letters, digits, inner hyphens) "
+            "and repository name (letters, digits, '.', '_', '-'; not starting with '.' or '-')"
+        )
+    return repository
 
 
 @dataclass(frozen=True)

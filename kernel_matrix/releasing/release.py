@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,8 @@ from kernel_matrix.checking.abi import gate
 from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree
 from kernel_matrix.errors import ConfigError, NothingToDoError
-from kernel_matrix.layout import METADATA, is_built
+from kernel_matrix.layout import METADATA, SIGNATURE, is_built
+from kernel_matrix.releasing.signatures import sign_variant
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel, Resolved
@@ -164,6 +166,20 @@ def prepare_release(
     kept = tuple(name for name in (expected if named is None else named) if name not in built)
     files = release_files(build_dir, built) + (benchmark_files(kernel_dir) if kernel_dir else [])
     return Release(config=config, metadata=metadata, files=files, kept=kept, kernel_dir=kernel_dir)
+
+
+def signed_release(release: Release, sign: Callable[[bytes], str]) -> Release:
+    """release with each variant's metadata.json signed by `sign` (signatures.py): the bundle
+    written beside it in the build folder and released with it (a bundle already there,
+    from an earlier signing, is replaced)."""
+    bundles = []
+    for file in release.files:
+        parts = file.path_in_repo.split("/")
+        if len(parts) == 3 and parts[0] == "build" and parts[2] == METADATA:
+            bundle = sign_variant(file.local.parent, sign)
+            bundles.append(_release_file(f"build/{parts[1]}/{SIGNATURE}", bundle))
+    kept = [file for file in release.files if not file.path_in_repo.endswith("/" + SIGNATURE)]
+    return replace(release, files=[*kept, *bundles])
 
 
 def prepare_releases(

@@ -52,12 +52,15 @@ from kernel_matrix.errors import (
     NothingToDoError,
     NotReproducedError,
     ToolchainError,
+    UntrustedError,
 )
 from kernel_matrix.layout import METADATA, is_built
 from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
 from kernel_matrix.planning.selection import Selection
+from kernel_matrix.releasing import signatures
 from kernel_matrix.releasing.publish import REPO_TYPE
 from kernel_matrix.releasing.release import release_branch
+from kernel_matrix.releasing.signatures import Signer
 
 # A variant's metadata.json, read as JSON (read_metadata checks backend.type).
 Metadata = dict[str, Any]
@@ -454,12 +457,18 @@ def verify_command(
     in_container: bool,
     log: Callable[[str], None],
     report: Callable[[str], None],
+    signer: Signer | None = None,
+    trust_root: Path | None = None,
+    rebuild: bool = True,
 ) -> None:
     """The CLI's `verify` (its options checked there): local variant folders, or with
-    repo_id the release's (`variants`: the ones to verify, default all). Reports each
-    identical variant; raises NotReproducedError (one line per differing file) or
+    repo_id the release's (`variants`: the ones to verify, default all). With signer, each
+    variant's signature first (signatures.py; without rebuild, only that). Reports each
+    identical (and signed) variant; raises UntrustedError (one line per variant whose
+    signature is not signer's), NotReproducedError (one line per differing file) or
     ToolchainError (variants not rebuilt here)."""
     config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
+    checker = signatures.verifier(trust_root) if signer is not None else None
     rebuilder = Rebuilder(
         kernel_dir,
         python=python,
@@ -468,15 +477,27 @@ def verify_command(
         in_container=in_container,
         log=log,
     )
+    untrusted: list[str] = []
+
+    def check(found: list[Path], label: Callable[[Path], str]) -> list[Verification]:
+        if signer is not None and checker is not None:
+            for variant_dir in found:
+                checked = signatures.check_variant(variant_dir, signer, checker)
+                if checked.finding is signatures.Finding.SIGNED:
+                    report(checked.line)
+                else:
+                    untrusted.append(checked.line)
+        return verify_variants(found, rebuilder, label=label) if rebuild else []
+
     if repo_id is None:
         # Named by path: two folders of one variant (a copy and the original) stay apart.
-        outcomes = verify_variants([resolve_variant_dir(v, build_dir) for v in variants], rebuilder, label=str)
+        outcomes = check([resolve_variant_dir(v, build_dir) for v in variants], label=str)
     else:
         revision = revision or release_branch(config)
         with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
             log(f"downloading {repo_id}@{revision}")
             found = download_release(repo_id, revision, Path(scratch), variants)
-            outcomes = verify_variants(found, rebuilder, label=lambda path: f"build/{path.name}")
+            outcomes = check(found, label=lambda path: f"build/{path.name}")
     for outcome in outcomes:
         for note in outcome.notes:
             log(f"note: {note}")
@@ -484,6 +505,8 @@ def verify_command(
             report(f"identical: {outcome.variant} ({outcome.files} files)")
     differences = [line for outcome in outcomes for line in outcome.differences]
     unverified = [f"not verified: {o.variant}: {o.unverified}" for o in outcomes if o.unverified is not None]
+    if untrusted:
+        raise UntrustedError("\n".join([*untrusted, *differences, *unverified]))
     if differences:
         raise NotReproducedError("\n".join([*differences, *unverified]))
     if unverified:
