@@ -250,6 +250,15 @@ def test_a_signed_release_on_the_hub_verifies_and_a_tampered_file_is_named(built
         good = kernel_matrix(*verify, env=env)
         assert good.returncode == 0, good.stderr
         assert f"{variant.name}: signed by" in good.stdout
+        # The daily check: every version branch of the kernel's repo (build.toml's repo-id).
+        daily = ["verify", "--published", "--kernel-dir", str(kernel), "--signed-by", AUTHOR]
+        daily += ["--trust-root", str(trust_root)]
+        checked = kernel_matrix(*daily, env=env)
+        assert checked.returncode == 0, checked.stderr
+        assert f"{repo_id}@v1: {variant.name}: signed by https://github.com/{AUTHOR}/" in checked.stdout
+        # A repository with nothing published yet: a note, nothing to fail.
+        empty = kernel_matrix(*daily, "--repo-id", "kernel-matrix/unpublished", env=env)
+        assert empty.returncode == 0 and "nothing published to check" in empty.stderr, empty.stderr
         tamper = textwrap.dedent(f"""
             from huggingface_hub import HfApi
             HfApi().upload_file(path_or_fileobj=b"def double(x):\\n    return x * 3\\n",
@@ -258,5 +267,8 @@ def test_a_signed_release_on_the_hub_verifies_and_a_tampered_file_is_named(built
         """)
         subprocess.run([sys.executable, "-c", tamper], check=True, env=env)
         bad = kernel_matrix(*verify, env=env)
+        daily_bad = kernel_matrix(*daily, env=env)
     assert bad.returncode == ExitCode.UNTRUSTED, bad.stderr
     assert f"error: {variant.name}: mismatched: __init__.py differs" in bad.stderr
+    assert daily_bad.returncode == ExitCode.UNTRUSTED, daily_bad.stderr
+    assert f"error: {repo_id}@v1: {variant.name}: mismatched: __init__.py differs" in daily_bad.stderr

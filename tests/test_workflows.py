@@ -546,7 +546,7 @@ def test_every_job_installs_kernel_matrix_from_the_pinned_commit_never_by_name()
     # One install step, word for word, in every job of both reusable workflows (a composite action cannot be
     # pinned from a reusable workflow, which knows nothing of its own ref: actions/toolkit#1264).
     steps = all_install_steps()
-    assert len(steps) == 6 and len({s["run"] for _, _, s in steps}) == 1, [(w, j) for w, j, _ in steps]
+    assert len(steps) == 7 and len({s["run"] for _, _, s in steps}) == 1, [(w, j) for w, j, _ in steps]
     # test-variant's cell environments install the same, checked by the same job's install step before it.
     for job in ("test-cpu", "test-gpu"):
         test = step(job, run="kernel-matrix test-variant")
@@ -1655,14 +1655,27 @@ def test_a_schedule_checks_upstream_releases():
     assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
     (caller,) = workflow["jobs"].values()
     assert caller["uses"] == "./.github/workflows/reusable-upstream.yml"
-    assert caller["with"] == {"matrix-file": "build_matrix.yaml", "kernel-matrix": "."}
+    # img2gray is not published from here: no published variant to check.
+    assert caller["with"] == {"matrix-file": "build_matrix.yaml", "kernel-matrix": ".", "published": False}
     reusable = load(WORKFLOW_DIR / "reusable-upstream.yml")
     assert set(reusable["on"]["workflow_call"]["inputs"]) == set(caller["with"])
-    (job,) = reusable["jobs"].values()
-    install, check = job["steps"][-2:]
-    assert install["env"] == {"KERNEL_MATRIX": "${{ inputs.kernel-matrix }}"} and '"$KERNEL_MATRIX"' in install["run"]
+    jobs = reusable["jobs"]
+    assert list(jobs) == ["check-upstream", "check-published"]
+    for job in jobs.values():
+        install = job["steps"][-2]
+        assert install["env"] == {"KERNEL_MATRIX": "${{ inputs.kernel-matrix }}"}
+        assert '"$KERNEL_MATRIX"' in install["run"]
+        assert job["permissions"] == {"contents": "read"}
+    check = jobs["check-upstream"]["steps"][-1]
     assert check["run"] == "kernel-matrix matrix --check-upstream"
     assert check["env"] == {"KERNEL_MATRIX_FILE": "${{ inputs.matrix-file }}"}
+    # Every published variant, checked against this repository's own workflow (no token: public repos).
+    published = jobs["check-published"]
+    assert published["if"] == "${{ inputs.published }}"
+    assert reusable["on"]["workflow_call"]["inputs"]["published"]["default"] is True
+    check = published["steps"][-1]
+    assert check["run"] == 'kernel-matrix verify --published --signed-by "$REPOSITORY"'
+    assert check["env"] == {"KERNEL_MATRIX_FILE": "${{ inputs.matrix-file }}", "REPOSITORY": "${{ github.repository }}"}
 
 
 def test_ci_runs_the_projects_test_command():

@@ -283,6 +283,14 @@ def verify(
     signatures_only: Annotated[
         bool, typer.Option("--signatures-only", help="With --signed-by: check signatures and files, rebuild nothing.")
     ] = False,
+    published: Annotated[
+        bool,
+        typer.Option(
+            "--published",
+            help="With --signed-by: every published release of each kernel (each version branch of its Hub repo), "
+            "by signature and digest (the daily check).",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild variants from the kernel's sources and compare every file's sha256 with them.
 
@@ -292,11 +300,12 @@ def verify(
     file) when one differs; 4 when a variant cannot be rebuilt here; 13 (one line per
     variant) when --signed-by finds one unsigned, foreign-signed, tampered or mismatched."""
     from kernel_matrix.config.github_event import check_repository
-    from kernel_matrix.releasing.verify import verify_command
+    from kernel_matrix.releasing.verify import verify_command, verify_published
 
     check_verify_options(repo_id, revision)
-    if signatures_only and signed_by is None:
-        raise ConfigError("--signatures-only: give --signed-by OWNER/NAME, whose signatures to check")
+    for option, given in (("--signatures-only", signatures_only), ("--published", published)):
+        if given and signed_by is None:
+            raise ConfigError(f"{option}: give --signed-by OWNER/NAME, whose signatures to check")
     signer = (
         signatures.Signer(
             check_repository(signed_by, "--signed-by"),
@@ -306,6 +315,18 @@ def verify(
         if signed_by is not None
         else None
     )
+    if published and signer is not None:
+        if variants or revision is not None:
+            raise ConfigError("--published checks every release: give no VARIANT and no --revision")
+        verify_published(
+            selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(),
+            signer,
+            repo_id=repo_id,
+            trust_root=trust_root,
+            log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
+            report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
+        )
+        return
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
     if len(kernels) != 1:
         names = ", ".join(k.name for k, _ in kernels)

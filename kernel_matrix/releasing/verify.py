@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, cast, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, cast, get_args
 
 from docker.errors import DockerException
 from huggingface_hub import HfApi, snapshot_download
@@ -40,8 +40,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build, toolchain_record
 from kernel_matrix.building.variant_dir import variant_files
-from kernel_matrix.checking.testing import resolve_variant_dir
-from kernel_matrix.config.buildtoml import Backend, load_build_toml
+from kernel_matrix.checking.testing import hub_repo_id, resolve_variant_dir
+from kernel_matrix.config.buildtoml import Backend, BuildConfig, load_build_toml
 from kernel_matrix.containers.cell import build_cell
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.images import PipSetup, builder_for
@@ -61,6 +61,11 @@ from kernel_matrix.releasing import signatures
 from kernel_matrix.releasing.publish import REPO_TYPE
 from kernel_matrix.releasing.release import release_branch
 from kernel_matrix.releasing.signatures import Signer
+
+if TYPE_CHECKING:
+    from sigstore.verify import Verifier
+
+    from kernel_matrix.planning.selection import Kernel
 
 # A variant's metadata.json, read as JSON (read_metadata checks backend.type).
 Metadata = dict[str, Any]
@@ -511,3 +516,68 @@ def verify_command(
         raise NotReproducedError("\n".join([*differences, *unverified]))
     if unverified:
         raise ToolchainError("\n".join(unverified))
+
+
+# The branches `get_kernel(..., version=N)` reads: where every release of a version lives.
+VERSION_BRANCH = re.compile(r"^v\d+$")
+
+
+def verify_published(
+    kernels: list[tuple[Kernel, str | None]],
+    signer: Signer,
+    *,
+    repo_id: str | None,
+    trust_root: Path | None,
+    log: Callable[[str], None],
+    report: Callable[[str], None],
+) -> None:
+    """`verify --published`: every published release of each kernel (repo_id: the one
+    kernel's Hub repo, else each one's build.toml names), checked by signature and digest,
+    nothing rebuilt. Reports each signed variant; raises UntrustedError naming every
+    variant that is not."""
+    if repo_id is not None and len(kernels) != 1:
+        raise ConfigError("--repo-id names one kernel's repo: give --kernel NAME in a matrix of several")
+    checker = signatures.verifier(trust_root)
+    untrusted = []
+    for chosen, _ in kernels:
+        repo = repo_id or hub_repo_id(chosen.config)
+        untrusted += _published_release(repo, chosen.config, signer, checker, log=log, report=report)
+    if untrusted:
+        raise UntrustedError("\n".join(untrusted))
+
+
+def _published_release(
+    repo_id: str,
+    config: BuildConfig,
+    signer: Signer,
+    checker: Verifier,
+    *,
+    log: Callable[[str], None],
+    report: Callable[[str], None],
+) -> list[str]:
+    """Each version branch of repo_id (v1, v2, ...) and build.toml's [general.hub] branch,
+    checked: a line per variant that is not signer's, whole (none published: a note)."""
+    try:
+        refs = HfApi().list_repo_refs(repo_id, repo_type=REPO_TYPE)
+    except (RepositoryNotFoundError, GatedRepoError):
+        log(f"note: {repo_id}: no such kernel repo (or HF_TOKEN may not read it): nothing published to check")
+        return []
+    except (HfHubHTTPError, OSError) as exc:
+        raise NetworkError(f"{repo_id}: cannot list its branches: {_first_line(exc)}") from None
+    branches = sorted(
+        ref.name for ref in refs.branches if VERSION_BRANCH.match(ref.name) or ref.name == config.general.hub.branch
+    )
+    if not branches:
+        log(f"note: {repo_id} has no version branch (v1, v2, ...): nothing published to check")
+    untrusted = []
+    for branch in branches:
+        with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
+            log(f"downloading {repo_id}@{branch}")
+            for variant_dir in download_release(repo_id, branch, Path(scratch), []):
+                checked = signatures.check_variant(variant_dir, signer, checker)
+                line = f"{repo_id}@{branch}: {checked.line}"
+                if checked.finding is signatures.Finding.SIGNED:
+                    report(line)
+                else:
+                    untrusted.append(line)
+    return untrusted
