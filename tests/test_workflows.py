@@ -491,6 +491,8 @@ def test_every_job_is_one_command_a_developer_can_run():
         for s in JOBS[job]["steps"]:
             if "$VARIANT" in s.get("run", ""):
                 cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANTS": "${{ matrix.variants }}"}
+                if "--signed-by" in s["run"]:  # build's published variants: this repository's signed ones
+                    cell["SIGNER"] = "${{ github.repository }}"
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
                     cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
                 assert s["env"] == cell, (job, s["run"])
@@ -1097,7 +1099,10 @@ def several_kernels(tmp_path: Path) -> Path:
 # kernel's log folder; FAIL: a variant whose build fails (the others of its batch are still built).
 BUILD_STUB = r"""#!PYTHON
 import json, os, pathlib, sys
-if len(sys.argv) != 6 or sys.argv[1] not in ("build", "wheels") or sys.argv[2::2] != ["--kernel", "--variant"]:
+reuse = ["--reuse-published", "--signed-by", os.environ.get("SIGNER", "")] if sys.argv[1] == "build" else []
+if sys.argv[1] not in ("build", "wheels") or sys.argv[6:] != reuse or reuse[-1:] == [""]:
+    sys.exit(64)
+if sys.argv[2:6:2] != ["--kernel", "--variant"]:
     sys.exit(64)
 command, kernel, variants = sys.argv[1], sys.argv[3], sys.argv[5].split(",")
 cells, build = json.loads(os.environ["CELLS"]), pathlib.Path("build")
@@ -1139,7 +1144,7 @@ def build_job(
         stub.chmod(0o755)
     workspace.mkdir(parents=True)
     mine = {c["variant"]: {"path": c["path"], "wheel": wheel_name(c)} for c in cells if c["kernel"] == job["kernel"]}
-    context, artifacts, status = {"matrix": job}, {}, "success"
+    context, artifacts, status = {"matrix": job, "github": {"repository": "owner/kernel"}}, {}, "success"
     for s in JOBS["build"]["steps"]:
         if not runs(s, context | {"status": status}):
             continue
@@ -1262,7 +1267,7 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     steps = JOBS["build"]["steps"]
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
-        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS"',
+        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS" --reuse-published --signed-by "$SIGNER"',
         "variant-${{ matrix.job }}",  # a packaging failure still leaves the variants to test
         'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANTS"',
         "wheel-${{ matrix.job }}",
@@ -1274,6 +1279,13 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     (tmp_path / "build" / "wheels").mkdir(parents=True)
     with pytest.raises(AssertionError, match="nothing matches"):
         upload(build_upload("wheel-"), {"matrix": {"job": "k-v", "kernel": "k"}}, tmp_path)
+
+
+def test_the_build_job_takes_only_what_this_repositorys_workflow_signed():
+    build = step("build", run="kernel-matrix build")
+    assert build["env"]["SIGNER"] == "${{ github.repository }}"  # never the pull request's head repository
+    assert '--reuse-published --signed-by "$SIGNER"' in build["run"]
+    assert "trust-root" not in build["run"]  # Sigstore's public trust root
 
 
 def test_the_cells_wheels_never_share_a_name():

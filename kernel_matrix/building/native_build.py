@@ -34,6 +34,7 @@ from kernel_matrix.building.compile import (
 )
 from kernel_matrix.building.dependencies import Resolved
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
+from kernel_matrix.building.inputs import build_inputs
 from kernel_matrix.building.objcache import ObjectCache, write_key_record
 from kernel_matrix.building.provenance import compiler_version, git_state, toolchain
 from kernel_matrix.building.torch_cmake import interface_defines
@@ -729,6 +730,13 @@ def toolchain_record(plan: BuildPlan) -> dict[str, str]:
     return {("tvm-ffi" if k == "torch" else k): (version if k == "torch" else v) for k, v in record.items()}
 
 
+def recorded_toolchain(plan: BuildPlan) -> dict[str, str]:
+    """metadata.json's provenance.toolchain: toolchain_record, and the headers of its
+    `depends`, part of what compiled it (variant_dir's provenance has no place of their own
+    for them): name -> pin and digest."""
+    return toolchain_record(plan) | {name: found.record() for name, found in plan_dependencies(plan).items()}
+
+
 def build_variant(
     plan: BuildPlan,
     out_dir: Path,
@@ -805,10 +813,8 @@ def build_variant(
             kernel_depends=kernel_depends(plan.config, plan.backend),
             upstream=general.upstream,
             source=general.source,
-            # The headers of its `depends` are part of what compiled it (variant_dir's
-            # provenance has no place of their own for them): name -> pin and digest.
-            toolchain=toolchain_record(plan)
-            | {name: found.record() for name, found in plan_dependencies(plan).items()},
+            toolchain=recorded_toolchain(plan),
+            inputs=build_inputs(plan, recorded_toolchain(plan)),
         )
         if check is not None:
             check(stage)
@@ -838,9 +844,12 @@ def check_shared_libstdcxx(library: Path, cxx: str) -> None:
         )
 
 
-def write_build_stats(path: Path, seconds: float, result: BuildResult) -> None:
-    """logs/<variant>.build.json: what a container build reports in its summary."""
+def write_build_stats(path: Path, seconds: float, result: BuildResult, *, reused: bool = False) -> None:
+    """logs/<variant>.build.json: what a container build reports in its summary (reused: the
+    variant is a published one, nothing compiled)."""
     stats = {"seconds": round(seconds, 2), "compiled": result.compiled, "cached": result.cached}
+    if reused:
+        stats["reused"] = True
     write_file(path, json.dumps(stats) + "\n")
 
 

@@ -152,10 +152,12 @@ def write_metadata(
     upstream: str | None = None,
     source: str | None = None,
     toolchain: dict[str, str] | None = None,
+    inputs: str | None = None,
 ) -> dict[str, Any]:
     """toolchain: provenance.toolchain(), for compiled variants. The git states
     (the kernel's and kernel-matrix's) and the toolchain are what a rebuild
-    needs to give the same bytes; nothing here depends on where or when it is built."""
+    needs to give the same bytes; nothing here depends on where or when it is built.
+    inputs: the hash of all of them (building/inputs.py), what a later build compares."""
     builder_git = builder_git_state()
     metadata = {
         "name": name,
@@ -176,6 +178,7 @@ def write_metadata(
             "kernel-builder": {"version": f"kernel-matrix {__version__}", **(_git(builder_git) if builder_git else {})},
             **({"kernel": _git(kernel_git)} if kernel_git else {}),
             **({"toolchain": toolchain} if toolchain else {}),
+            **({"inputs": inputs} if inputs else {}),
         },
     }
     write_file(variant_dir / METADATA, json.dumps(metadata, indent=2, sort_keys=False) + "\n")

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,10 +23,13 @@ from kernel_matrix.cli.options import (
     KernelOption,
     MatrixFileOption,
     Python,
+    SignedByOption,
+    TrustRootOption,
     check_capabilities,
     make_build_dir,
     resolve,
     selection_of,
+    signer_of,
 )
 from kernel_matrix.errors import BuildError, ConfigError, ExitCode, shared_exit_code
 from kernel_matrix.layout import BuildDir
@@ -34,11 +38,14 @@ from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
     from kernel_matrix.building.compile import Step
+    from kernel_matrix.building.native_build import BuildPlan
     from kernel_matrix.building.objcache import ObjectCache
     from kernel_matrix.containers.build_request import BuildRequest
-    from kernel_matrix.containers.pool import CellResult
+    from kernel_matrix.containers.pool import CellResult, Published
     from kernel_matrix.planning.matrix import Matrix
     from kernel_matrix.planning.selection import Kernel, Resolved
+    from kernel_matrix.releasing.reuse import Reuse
+    from kernel_matrix.releasing.signatures import Signer
 
 
 def build(
@@ -99,11 +106,24 @@ def build(
             "(kernel-builder's doGetKernelCheck = false, which a kernel's flake.nix may also say).",
         ),
     ] = False,
+    reuse_published: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-published",
+            help="With --signed-by: take each variant published on the kernel's release branch that verifies "
+            "and was built from the same inputs, instead of compiling it.",
+        ),
+    ] = False,
+    signed_by: SignedByOption = None,
+    trust_root: TrustRootOption = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
     Every kernel of the matrix, or those --kernel names, or the one --kernel-dir names."""
     capabilities = cuda_capabilities.split(",") if cuda_capabilities else None
+    signer = signer_of(signed_by)
+    if reuse_published and signer is None:
+        raise ConfigError("--reuse-published: give --signed-by OWNER/NAME, whose signed variants to reuse")
     if profile or only or variant:
         if python or backend:
             raise ConfigError(
@@ -111,7 +131,16 @@ def build(
             )
         resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
         shared_cache = None if no_cache else (cache_dir or BuildDir(build_dir).cache)
-        _build_in_containers(resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout)
+        published = None
+        if reuse_published and signer is not None:
+            from kernel_matrix.releasing.reuse import cell_lookup
+
+            def published(chosen: Kernel) -> Published:
+                return cell_lookup(published_of(chosen, signer, trust_root))
+
+        _build_in_containers(
+            resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout, published
+        )
         return
     from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
     from kernel_matrix.building.recipe import recipe_digest
@@ -125,12 +154,47 @@ def build(
         cache = None
         if not no_cache:  # the scope of the recipe the host hashes from the kernel's files
             cache = ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted, recipe=recipe_digest(chosen.dir))
-        build_native(chosen, where, python, backend, jobs, capabilities, cache, load=not no_load_check)
+        reuse = published_of(chosen, signer, trust_root) if reuse_published and signer is not None else None
+        build_native(chosen, where, python, backend, jobs, capabilities, cache, load=not no_load_check, reuse=reuse)
         if cache is not None:
             with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
                 cache.prune(MAX_SCOPE_BYTES)
 
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
+
+
+def published_of(chosen: Kernel, signer: Signer, trust_root: Path | None) -> Reuse:
+    """Where `build --reuse-published` looks: the kernel's Hub repo, on its release branch."""
+    from kernel_matrix.checking.testing import hub_repo_id
+    from kernel_matrix.releasing.release import release_branch
+    from kernel_matrix.releasing.reuse import Reuse
+
+    return Reuse(hub_repo_id(chosen.config), release_branch(chosen.config), signer, trust_root)
+
+
+def _reused(plan: BuildPlan, where: BuildDir, reuse: Reuse | None, candidate: tuple[Path, str] | None) -> bool:
+    """Whether plan's variant was taken from the Hub (its line said either way): looked up
+    there (reuse, a native build), or the candidate the host fetched and verified (in a
+    container: (its folder, where it was published))."""
+    from kernel_matrix.building.inputs import build_inputs
+    from kernel_matrix.building.native_build import BuildResult, recorded_toolchain, write_build_stats
+    from kernel_matrix.building.published import take
+
+    inputs = build_inputs(plan, recorded_toolchain(plan))
+    if candidate is not None:  # in a container: fetched and verified by the host
+        reused = take(candidate[0], candidate[1], plan.variant.name, inputs, where.path)
+    else:
+        from kernel_matrix.releasing.reuse import reuse_published
+
+        assert reuse is not None
+        reused = reuse_published(reuse, plan.variant.name, inputs, where.path)
+    console.print(reused.line, markup=False, highlight=False, soft_wrap=True)
+    if reused.variant_dir is None:
+        return False
+    write_build_stats(
+        where.log(plan.variant.name, "build.json"), 0.0, BuildResult(reused.variant_dir, 0, 0), reused=True
+    )
+    return True
 
 
 def _load_check(stage: Path, name: str, python: str, backend: str, where: BuildDir) -> str | None:
@@ -178,6 +242,8 @@ def build_native(
     expected: BuildRequest | None = None,
     *,
     load: bool = True,
+    reuse: Reuse | None = None,
+    candidate: tuple[Path, str] | None = None,
 ) -> None:
     """One kernel's variant for this host (or, in a build container, for the cell
     `expected` asks for: refused before anything is written if it would be another)."""
@@ -229,6 +295,8 @@ def build_native(
             highlight=False,
             soft_wrap=True,
         )
+    if (reuse is not None or candidate is not None) and _reused(plan, where, reuse, candidate):
+        return
     loads = _loads(kernel, load, expected)
     console.print(
         styled(
@@ -290,6 +358,7 @@ def _build_in_containers(
     cache_dir: Path | None,
     capabilities: list[str] | None,
     cell_timeout: float,
+    published: Callable[[Kernel], Published] | None = None,
 ) -> None:
     from kernel_matrix.building.progress import live_progress
     from kernel_matrix.containers.container_build import build_selection
@@ -307,6 +376,7 @@ def _build_in_containers(
         timeout=cell_timeout,
         log=lambda m: console.print(m),
         progress=lambda names: live_progress(console, names),
+        published=published,
     )
     _write_summary(BuildDir(build_dir), results)
     stdout.print(render.build_results_table(results))

@@ -20,7 +20,10 @@ from kernel_matrix.cli.options import (
     KernelOption,
     MatrixFileOption,
     Python,
+    SignedByOption,
+    TrustRootOption,
     selection_of,
+    signer_of,
 )
 from kernel_matrix.errors import AbiError, ConfigError, ExitCode, KernelMatrixError
 from kernel_matrix.layout import METADATA, BuildDir
@@ -262,13 +265,7 @@ def verify(
     in_container: Annotated[
         bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
     ] = False,
-    signed_by: Annotated[
-        str | None,
-        typer.Option(
-            help="Check each variant's signature first: signed by this GitHub repository (OWNER/NAME)'s release "
-            "workflow, and every file as signed."
-        ),
-    ] = None,
+    signed_by: SignedByOption = None,
     signer_workflow: Annotated[
         str, typer.Option(help="The signing workflow's path in that repository.")
     ] = signatures.DEFAULT_WORKFLOW,
@@ -276,10 +273,7 @@ def verify(
         list[str] | None,
         typer.Option(help="A ref it may have run for, a glob (repeatable; default: refs/tags/v* and refs/heads/main)."),
     ] = None,
-    trust_root: Annotated[
-        Path | None,
-        typer.Option(help="A Sigstore trusted_root.json to verify signatures with (default: Sigstore's public one)."),
-    ] = None,
+    trust_root: TrustRootOption = None,
     signatures_only: Annotated[
         bool, typer.Option("--signatures-only", help="With --signed-by: check signatures and files, rebuild nothing.")
     ] = False,
@@ -299,22 +293,13 @@ def verify(
     builder image. Exit 0 when every file is identical; 12 (one line per differing
     file) when one differs; 4 when a variant cannot be rebuilt here; 13 (one line per
     variant) when --signed-by finds one unsigned, foreign-signed, tampered or mismatched."""
-    from kernel_matrix.config.github_event import check_repository
     from kernel_matrix.releasing.verify import verify_command, verify_published
 
     check_verify_options(repo_id, revision)
     for option, given in (("--signatures-only", signatures_only), ("--published", published)):
         if given and signed_by is None:
             raise ConfigError(f"{option}: give --signed-by OWNER/NAME, whose signatures to check")
-    signer = (
-        signatures.Signer(
-            check_repository(signed_by, "--signed-by"),
-            signer_workflow,
-            tuple(signer_ref) if signer_ref else signatures.DEFAULT_REFS,
-        )
-        if signed_by is not None
-        else None
-    )
+    signer = signer_of(signed_by, signer_workflow, signer_ref)
     if published and signer is not None:
         if variants or revision is not None:
             raise ConfigError("--published checks every release: give no VARIANT and no --revision")

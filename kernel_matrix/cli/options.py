@@ -14,6 +14,7 @@ from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Resolved, Selection
+    from kernel_matrix.releasing.signatures import Signer
 
 
 # The options of every command that reads the matrix: resolved once by Selection.
@@ -26,6 +27,16 @@ KernelDirOption = Annotated[
 KernelOption = Annotated[
     list[str] | None,
     typer.Option("--kernel", help="This kernel of the matrix (its build.toml name; repeatable; default: all)."),
+]
+# Whose signatures a command believes (verify, build --reuse-published): a GitHub repository's
+# release workflow, under Sigstore's public trust root or another.
+SignedByOption = Annotated[
+    str | None,
+    typer.Option(help="Signed by this GitHub repository (OWNER/NAME)'s release workflow, every file as signed."),
+]
+TrustRootOption = Annotated[
+    Path | None,
+    typer.Option(help="A Sigstore trusted_root.json to verify signatures with (default: Sigstore's public one)."),
 ]
 ProfileOption = Annotated[
     str | None, typer.Option(help="full (everything), pr (small) or local (what this host builds).")
@@ -145,3 +156,15 @@ BackendOption = Annotated[
         "a Python-only kernel's variant of any of its backends."
     ),
 ]
+
+
+def signer_of(signed_by: str | None, workflow: str | None = None, refs: list[str] | None = None) -> Signer | None:
+    """--signed-by's Signer (its workflow and refs, else the defaults init's workflow has);
+    None where it is not given."""
+    from kernel_matrix.config.github_event import check_repository
+    from kernel_matrix.releasing.signatures import DEFAULT_REFS, DEFAULT_WORKFLOW, Signer
+
+    if signed_by is None:
+        return None
+    repository = check_repository(signed_by, "--signed-by")
+    return Signer(repository, workflow or DEFAULT_WORKFLOW, tuple(refs) if refs else DEFAULT_REFS)

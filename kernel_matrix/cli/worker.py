@@ -41,6 +41,7 @@ def run(request: BuildRequest) -> None:
         capabilities=list(request.capabilities) or None,
         cache=cache,
         expected=request,
+        candidate=(Path(request.candidate), request.candidate_from or "the Hub") if request.candidate else None,
     )
 
 

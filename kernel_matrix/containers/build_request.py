@@ -29,6 +29,10 @@ class BuildRequest(BaseModel):
     # first) and where its new entries go; no scope: no cache.
     cache_reads: tuple[str, ...] = ()
     cache_writes: str | None = None
+    # A published variant of the cell the host verified (releasing/reuse.py), mounted
+    # read-only: taken instead of compiling where it was built from the same inputs.
+    candidate: str | None = None
+    candidate_from: str | None = None  # where it was published (repo@branch), for the line
 
     def write(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=1) + "\n")

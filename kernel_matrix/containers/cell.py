@@ -47,6 +47,8 @@ CONTAINER_OUT = Path("/out")
 CONTAINER_CACHE = "/cache"
 # Where it finds its BuildRequest (a folder of the host's, read-only).
 CONTAINER_REQUEST = "/km-request/request.json"
+# Where it finds a published variant of its cell, verified on the host (read-only).
+CONTAINER_CANDIDATE = "/km-candidate"
 
 
 def build_cell(
@@ -63,12 +65,15 @@ def build_cell(
     dependencies: Collection[str] = (),
     timeout: float | None = None,
     source_date_epoch: str | None = None,
+    candidate: tuple[Path, str] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Build one cell; its variant replaces build_dir/<cell> only if the build made
     exactly that variant and it passes the ABI check. Returns the variant's folder
     and the build's statistics (objects compiled and cached). cache: the scopes the
     build reads (mounted read-only); its new entries are merged into cache.root
-    once the variant has passed its checks."""
+    once the variant has passed its checks. candidate: a published variant of the cell
+    the host verified and where it was published (releasing/reuse.py), mounted read-only:
+    the build takes it where it records the inputs the build computes."""
     if cell.variant.arch != host_arch():
         # Bad input, not a missing tool (kernel-matrix emulates no other CPU, so nothing to
         # install helps): the cell was sent to the wrong runner, or selected on the wrong host.
@@ -112,6 +117,8 @@ def build_cell(
             jobs=jobs,
             cache_reads=tuple(f"{CONTAINER_CACHE}/{i}" for i in range(len(cache.reads))) if cache else (),
             cache_writes=str(BuildDir(CONTAINER_OUT).cache_writes) if cache else None,
+            candidate=CONTAINER_CANDIDATE if candidate else None,
+            candidate_from=candidate[1] if candidate else None,
         )
         request.write(Path(request_dir) / Path(CONTAINER_REQUEST).name)
         mounts = [
@@ -120,6 +127,8 @@ def build_cell(
             Mount(Path(private), str(CONTAINER_OUT), read_only=False),
             Mount(Path(request_dir), str(Path(CONTAINER_REQUEST).parent)),
         ]
+        if candidate is not None:
+            mounts.append(Mount(candidate[0].resolve(), CONTAINER_CANDIDATE))
         # The declared dependencies' folders only, read-only (fetched on the host: no network inside).
         dependency_mounts, dependency_env = container_mounts(dependencies, str(kernel_dir / "build.toml"))
         mounts += [Mount(host, inside) for host, inside in dependency_mounts]

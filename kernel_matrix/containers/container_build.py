@@ -18,12 +18,12 @@ from kernel_matrix.building.native_build import build_noarch
 from kernel_matrix.building.source_checks import check_kernel_sources
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.containers.engine import connect
-from kernel_matrix.containers.pool import CellResult, build_cells
+from kernel_matrix.containers.pool import CellResult, Published, build_cells
 from kernel_matrix.errors import KernelMatrixError
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.resources import CELL_TIMEOUT_S
-from kernel_matrix.planning.selection import KernelCells, Resolved
+from kernel_matrix.planning.selection import Kernel, KernelCells, Resolved
 
 # How the caller shows progress: given the cells' names, a context whose value is told each cell's status.
 Progress = Callable[[list[str]], contextlib.AbstractContextManager[Callable[[Cell, str], None]]]
@@ -40,9 +40,11 @@ def build_selection(
     timeout: float = CELL_TIMEOUT_S,
     log: Callable[[str], None],
     progress: Progress,
+    published: Callable[[Kernel], Published] | None = None,
 ) -> list[CellResult]:
     """The selected cells of every kernel, with `capabilities` (--cuda-capabilities)
-    replacing CUDA cells' own; the engine is connected only where a kernel compiles."""
+    replacing CUDA cells' own; the engine is connected only where a kernel compiles.
+    published: each kernel's lookup of its cells' published variants (pool.build_cells)."""
     work = resolved.work(build_dir.root)
     if capabilities:
         work = [
@@ -66,6 +68,7 @@ def build_selection(
         timeout=timeout,
         log=log,
         progress=progress,
+        published=published,
     )
 
 
@@ -80,6 +83,7 @@ def run_builds(
     timeout: float = CELL_TIMEOUT_S,
     log: Callable[[str], None] = print,
     progress: Progress,
+    published: Callable[[Kernel], Published] | None = None,
 ) -> list[CellResult]:
     """Each kernel's cells in turn (its cells in parallel); a failing cell or kernel never
     stops the others. A Python-only kernel's torch-<backend> variants need no compiler, so
@@ -110,6 +114,7 @@ def run_builds(
                 config=item.kernel.config,
                 log=log,
                 on_status=on_status,
+                published=published(item.kernel) if published else None,
             )
     return results
 

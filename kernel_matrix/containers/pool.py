@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -30,6 +31,10 @@ from kernel_matrix.hostfiles import append_log, check_build_dir, write_file
 from kernel_matrix.layout import BuildDir, is_built
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.resources import CELL_TIMEOUT_S, memory_per_build, plan_parallelism
+
+# A kernel's lookup of a cell's published variant: (cell name, a scratch folder) in, the
+# variant fetched there and verified with where it was published, or why there is none.
+Published = Callable[[str, Path], "tuple[Path, str] | str"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ def build_cells(
     config: BuildConfig | None = None,
     log: Callable[[str], None] = print,
     on_status: Callable[[Cell, str], None] = lambda cell, status: None,
+    published: Published | None = None,
 ) -> list[CellResult]:
     """Every cell, up to `jobs` at once; a failing cell never stops the others.
 
@@ -77,7 +83,10 @@ def build_cells(
     SIGTERM every running build container is killed before the interrupt goes on.
     cache_dir: the object cache's root (None: no cache); the cells read and fill the
     kernel's scope at their trust level (`trusted`: not a pull request's build), which
-    the host alone picks (ObjectCache.for_kernel)."""
+    the host alone picks (ObjectCache.for_kernel). published: given a cell's name and a
+    scratch folder, its published variant fetched there and verified, and where it was
+    published (releasing/reuse.py), or why there is none: the cell's container takes it
+    where it was built from the inputs that build computes."""
     # Before anything runs: a build folder holding a link, FIFO or device is refused (hostfiles).
     check_build_dir(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -132,31 +141,48 @@ def build_cells(
         started[cell.name] = time.monotonic()  # the build's time, not the queue's
         on_status(cell, "building")
         try:
-            variant_dir, stats = build_cell(
-                client,
-                cell,
-                image,
-                kernel_dir=kernel_dir,
-                build_dir=build_dir,
-                jobs=parallel.compiles,
-                cache=cache,
-                run_label=run_label,
-                limits=limits,
-                timeout=timeout,
-                dependencies=dependencies or (),
-                source_date_epoch=source_date_epoch,
-            )
+            with tempfile.TemporaryDirectory(prefix=f".{cell.name}.published-", dir=build_dir) as fetched:
+                candidate = None
+                if published is not None:
+                    found = published(cell.name, Path(fetched))
+                    if isinstance(found, str):
+                        log(f"{cell.name}: built: {found}")
+                    else:
+                        candidate = found
+                variant_dir, stats = build_cell(
+                    client,
+                    cell,
+                    image,
+                    kernel_dir=kernel_dir,
+                    build_dir=build_dir,
+                    jobs=parallel.compiles,
+                    cache=cache,
+                    run_label=run_label,
+                    limits=limits,
+                    timeout=timeout,
+                    dependencies=dependencies or (),
+                    source_date_epoch=source_date_epoch,
+                    candidate=candidate,
+                )
+            if candidate is not None:
+                said = (
+                    "reused from {}: nothing compiled"
+                    if stats.get("reused")
+                    else "built: {} holds it from other inputs"
+                )
+                log(f"{cell.name}: {said.format(candidate[1])}")
             write_file(BuildDir(build_dir).inputs_record(cell.name), inputs)
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
             if not isinstance(exc, (KernelMatrixError, docker.errors.DockerException)):
                 _log_unexpected(build_dir, cell, exc)
             return failed(cell, exc, image)
-        on_status(cell, "built")
+        on_status(cell, "reused" if stats.get("reused") else "built")
         total = stats.get("compiled", 0) + stats.get("cached", 0)
         objects = f"{stats.get('cached', 0)} of {total}" if total else "-"
         seconds = time.monotonic() - started[cell.name]
-        return CellResult(cell, "built", seconds, image, str(variant_dir), _so_bytes(variant_dir), objects)
+        status = "reused" if stats.get("reused") else "built"
+        return CellResult(cell, status, seconds, image, str(variant_dir), _so_bytes(variant_dir), objects)
 
     pool = ThreadPoolExecutor(max_workers=parallel.builds, thread_name_prefix="cell")
     try:

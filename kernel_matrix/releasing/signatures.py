@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_matrix.building.variant_dir import digest_files
-from kernel_matrix.errors import ConfigError, ToolchainError
+from kernel_matrix.errors import ConfigError, NetworkError, ToolchainError
 from kernel_matrix.hostfiles import write_file
 from kernel_matrix.layout import METADATA, SIGNATURE
 
@@ -126,7 +126,10 @@ def verifier(trust_root: Path | None) -> Verifier:
     from sigstore.verify import Verifier
 
     if trust_root is None:
-        return Verifier.production()
+        try:
+            return Verifier.production()
+        except Exception as exc:  # noqa: BLE001 - sigstore's TUF client raises its own kinds (TUFError)
+            raise NetworkError(f"Sigstore's trust root cannot be fetched: {' '.join(str(exc).split())[:160]}") from None
     try:
         return Verifier(trusted_root=TrustedRoot.from_file(str(trust_root)))
     except (OSError, ValueError) as exc:
@@ -138,7 +141,6 @@ def check_variant(variant_dir: Path, signer: Signer, verify_with: Verifier) -> C
     the certificate against signer, every file against metadata.json's digest."""
     from sigstore.errors import VerificationError
     from sigstore.models import Bundle, InvalidBundle
-    from sigstore.verify.policy import UnsafeNoOp
 
     name = variant_dir.name
     bundle_path = variant_dir / SIGNATURE
@@ -148,7 +150,7 @@ def check_variant(variant_dir: Path, signer: Signer, verify_with: Verifier) -> C
     try:
         bundle = Bundle.from_json(bundle_path.read_bytes())
         # The signature, the certificate chain and the log entry first; who signed after.
-        verify_with.verify_artifact(metadata, bundle, UnsafeNoOp())
+        verify_with.verify_artifact(metadata, bundle, _AnyIdentity())
     except (InvalidBundle, VerificationError, ValueError) as exc:
         why = " ".join(str(exc).split())[:200]
         return Checked(name, Finding.TAMPERED, f"{name}: tampered: the signature does not verify {METADATA}: {why}")
@@ -160,6 +162,15 @@ def check_variant(variant_dir: Path, signer: Signer, verify_with: Verifier) -> C
         return Checked(name, Finding.MISMATCHED, f"{name}: mismatched: {differs}")
     config = _extension(bundle.signing_certificate, BUILD_CONFIG_URI)
     return Checked(name, Finding.SIGNED, f"{name}: signed by {config}, every file as signed")
+
+
+class _AnyIdentity:
+    """A sigstore verification policy that takes any certificate: who signed is checked
+    after (_identity_mismatch), so that a foreign signature is told from a broken one.
+    (sigstore's own UnsafeNoOp does the same, and warns on every use.)"""
+
+    def verify(self, cert: Certificate) -> None:
+        return None
 
 
 def _identity_mismatch(certificate: Certificate, signer: Signer) -> str | None:
