@@ -118,7 +118,9 @@ def test_credentials_leave_every_url_and_the_url_stays():
 
 
 def test_the_environment_has_its_own_home_and_no_token(tmp_path):
-    source = {"HF_TOKEN": "hf_x", "PIP_INDEX_URL": "https://u:p@i.example/simple", "PATH": "/bin", "HOME": "/root"}
+    # A HOME without ~/.local (where there is one, PYTHONUSERBASE keeps it importable).
+    user_home = str(tmp_path / "user")
+    source = {"HF_TOKEN": "hf_x", "PIP_INDEX_URL": "https://u:p@i.example/simple", "PATH": "/bin", "HOME": user_home}
     env = scrubbed_environment(tmp_path / "home", source=source)
     assert env["HOME"] == str(tmp_path / "home") and env["PATH"] == "/bin" and "HF_TOKEN" not in env
     assert env["PIP_INDEX_URL"] == "https://i.example/simple" and env["HF_TOKEN_PATH"] == os.devnull
