@@ -105,8 +105,10 @@ def test_a_variant_signed_by_the_authors_release_workflow_verifies(variant, loca
         ),
         (GitHubIdentity(repository=AUTHOR, ref="refs/heads/dev"), "kernel-matrix.yml@refs/heads/dev, not"),
         (GitHubIdentity(repository=AUTHOR, ref="refs/tags/v1", issuer="https://accounts.example"), "issued for"),
+        # refs/tags/v* as GitHub's tag rules read it: `*` within one segment.
+        (GitHubIdentity(repository=AUTHOR, ref="refs/tags/v1/x"), "kernel-matrix.yml@refs/tags/v1/x, not"),
     ],
-    ids=["another-repository", "another-workflow", "a-branch-not-a-tag", "another-issuer"],
+    ids=["another-repository", "another-workflow", "a-branch-not-a-tag", "another-issuer", "a-glob-across-slash"],
 )
 def test_a_signature_by_anyone_else_is_foreign(variant, local_sigstore, trust_root, who, said):
     sign(variant, local_sigstore, who)
@@ -122,6 +124,27 @@ def test_a_changed_byte_of_any_file_is_caught(variant, local_sigstore, trust_roo
     assert (checked.finding, checked.line) == (Finding.MISMATCHED, f"{variant.name}: mismatched: __init__.py differs")
     (variant / "extra.py").write_text("")
     assert check(variant, trust_root).line == f"{variant.name}: mismatched: __init__.py differs (and 1 more)"
+
+
+def test_bytecode_the_digest_leaves_out_is_refused(variant, local_sigstore, trust_root):
+    """The loader's digest skips __pycache__ and .pyc; Python would import a planted one first."""
+    sign(variant, local_sigstore)
+    (variant / "__pycache__").mkdir()
+    (variant / "__pycache__" / "__init__.cpython-312.pyc").write_bytes(b"planted")
+    checked = check(variant, trust_root)
+    assert checked.finding is Finding.MISMATCHED, checked.line
+    assert "__pycache__/__init__.cpython-312.pyc was added (bytecode" in checked.line
+
+
+def test_a_signed_variant_of_another_kernel_or_version_is_mismatched(variant, local_sigstore, trust_root):
+    sign(variant, local_sigstore)
+    verifier = signatures.verifier(trust_root)
+    ok = signatures.check_variant(variant, AUTHORS_RELEASE, verifier, kernel="pure", version=1)
+    assert ok.finding is Finding.SIGNED, ok.line
+    other = signatures.check_variant(variant, AUTHORS_RELEASE, verifier, kernel="other", version=1)
+    assert other.line.endswith("mismatched: metadata.json names the kernel 'pure', not 'other'")
+    later = signatures.check_variant(variant, AUTHORS_RELEASE, verifier, kernel="pure", version=2)
+    assert later.line.endswith("mismatched: metadata.json has version 1, not 2 (its branch's)")
 
 
 def test_a_changed_metadata_json_breaks_the_signature(variant, local_sigstore, trust_root):
@@ -218,12 +241,12 @@ def test_bad_signature_options_are_one_line(built, options, said):
     assert said in result.stderr
 
 
-def test_publish_sign_without_an_oidc_identity_is_one_line_before_any_check(built, tmp_path):
+def test_publish_sign_without_an_oidc_identity_is_one_line_and_publishes_nothing(built, tmp_path):
     kernel, variant = built
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTIONS_", "GITHUB_"))}
-    result = kernel_matrix(
-        "publish", "--sign", "--kernel-dir", str(kernel), "--build-dir", str(variant.parent), "--dry-run", env=env
-    )
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing answers: publishing would fail otherwise
+    options = ["--kernel-dir", str(kernel), "--build-dir", str(variant.parent), "--allow-partial"]
+    result = kernel_matrix("publish", "--sign", *options, env=env)
     assert result.returncode == ExitCode.TOOLCHAIN and result.stderr.count("\n") == 1, result.stderr
     assert "publish --sign: no OIDC identity to sign with" in result.stderr
     assert not (variant / SIGNATURE).exists()

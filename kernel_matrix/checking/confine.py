@@ -5,15 +5,20 @@ It runs as this user, so file modes stop nothing, and the build folder beside it
 what later builds reuse: the object cache (an entry a suite forges there is a later
 build's object), other kernels' variants (which `publish` uploads) and the dependency
 cache. Landlock lets an unprivileged process give up rights for itself and every program
-it starts, for good: the child, between fork and exec, gives up every kind of write
-outside the allowed folders. Reading is not restricted (the suite imports torch,
+it starts, for good: the child, between fork and exec, gives up writing, truncating,
+making, removing and linking files outside the allowed folders. Reading is not restricted (the suite imports torch,
 the loader reads the variant), nor is anything but the file system.
 
-Where the kernel has no Landlock (Linux before 5.19, which lacks the rights a rename
-between folders needs; other systems; a container whose seccomp filter refuses the
-calls) the code runs unconfined and `Confinement.missing` says why: objects and
-dependency trees are still checked against their hashes when used, but an entry's claim
-of which inputs made its object is not (building/objcache.py)."""
+What Landlock does not stop: changing a file's mode, owner, times or extended attributes,
+and talking to a Unix socket that exists (a container engine's socket, where this user may
+use it, is as good as root: a machine whose engine socket the tests' user can reach runs
+untrusted kernels' tests in containers, as the workflows' test jobs do on GPU hosts).
+
+Where the kernel has no Landlock ABI 3 (Linux before 6.2; other systems; a container
+whose seccomp filter refuses the calls) the code runs unconfined and `Confinement.missing`
+says why (the suite's note; the load check, which also runs inside build containers, says
+nothing): objects and dependency trees are still checked against their hashes when used,
+but an entry's claim of which inputs made its object is not (building/objcache.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import errno
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # The calls' numbers are the same on every Linux architecture (they came after the tables merged).
@@ -48,8 +53,9 @@ _WRITE_RIGHTS = (
     (3, 1 << 14),  # TRUNCATE
 )
 # ABI 1 refuses every rename between folders once anything is confined (no REFER right to
-# grant): too many tools (pip, torch's caches) do that inside their own folders.
-_MIN_ABI = 2
+# grant): too many tools (pip, torch's caches) do that inside their own folders. ABI 2
+# cannot stop truncate(2) of a file outside them (TRUNCATE came with ABI 3, Linux 6.2).
+_MIN_ABI = 3
 # Where any program writes, whatever it runs: /dev/null, a terminal, /dev/shm (torch's
 # shared memory), the GPU's device files.
 ALWAYS_WRITABLE = (Path("/dev"),)
@@ -71,15 +77,20 @@ class Confinement:
 
     ruleset: int | None
     missing: str | None = None
+    # The C library, loaded in this process: the child calls into it and loads nothing
+    # (no dlopen between fork and exec, where another thread may have held its lock).
+    libc: ctypes.CDLL | None = field(default=None, compare=False, repr=False)
 
     def _apply(self) -> None:
         """In the child, between fork and exec: give up writing outside the allowed folders,
         for it and everything it starts (no_new_privs first, as Landlock requires of an
-        unprivileged process). The ruleset's descriptor is not inherited past exec."""
-        if self.ruleset is None:
+        unprivileged process). The ruleset's descriptor is not inherited past exec. A
+        failure here fails the child's start (subprocess raises SubprocessError)."""
+        if self.ruleset is None or self.libc is None:
             return
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(_RESTRICT_SELF, self.ruleset, 0) != 0:
+        if self.libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+        if self.libc.syscall(_RESTRICT_SELF, self.ruleset, 0) != 0:
             raise OSError(ctypes.get_errno(), "cannot confine the child's writes (Landlock)")
 
     @property
@@ -118,7 +129,7 @@ def writes_confined_to(allowed: Sequence[Path]) -> Iterator[Confinement]:
                     raise OSError(code, f"Landlock refused a rule for {path}: {os.strerror(code)}")
             finally:
                 os.close(folder)
-        yield Confinement(ruleset)
+        yield Confinement(ruleset, libc=libc)
     finally:
         os.close(ruleset)
 
@@ -138,5 +149,5 @@ def _landlock() -> tuple[ctypes.CDLL | None, int, str | None]:
         why = "this Linux kernel has none" if code in (errno.ENOSYS, errno.EOPNOTSUPP) else os.strerror(code)
         return None, 0, f"Landlock is not available: {why}"
     if abi < _MIN_ABI:
-        return None, 0, f"Landlock ABI {abi} cannot allow a rename between folders (Linux 5.19 or later can)"
+        return None, 0, f"Landlock ABI {abi} cannot control truncation (ABI 3, Linux 6.2, can)"
     return libc, abi, None

@@ -127,8 +127,8 @@ def load_check(variant_dir: Path, name: str, *, python: str, backend: str, log: 
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(child.pid, signal.SIGKILL)
                     child.wait()
-        except OSError as exc:
-            return f"{python} did not start ({exc.strerror or exc})"
+        except (OSError, subprocess.SubprocessError) as exc:  # SubprocessError: its confinement failed
+            return f"{python} did not start ({getattr(exc, 'strerror', None) or exc})"
         # The import may not write into the variant: what it wrote would be published, and the
         # loader (>= 0.18) refuses every later load of files that no longer match the digest.
         wrote = untouched.written(variant_dir, before, f"importing {name}")

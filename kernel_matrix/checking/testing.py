@@ -518,6 +518,8 @@ def _run_pytest(
                 say(f"the suite can write wherever this user can (the object cache too): {confinement.missing}")
             run = subprocess.run(argv, cwd=cwd or tests_dir, env=env, check=False, preexec_fn=confinement.preexec_fn)
         code = run.returncode
+    except subprocess.SubprocessError as exc:  # the confinement failed in the child: nothing ran
+        raise ToolchainError(f"the suite of {name} did not start: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"--python {python}: cannot run it: {exc.strerror}") from None
     if code != 0 and not (allow_empty and code == NO_TESTS_COLLECTED):

@@ -62,22 +62,24 @@ def publish(
     from kernel_matrix.releasing import publish as hub
     from kernel_matrix.releasing.kernel_card import kernel_card
     from kernel_matrix.releasing.release import prepare_releases, release_branch, signed_release
-    from kernel_matrix.releasing.signatures import keyless_signer
+    from kernel_matrix.releasing.signatures import keyless_signing
 
     resolved = resolve(selection_of(file, profile, kernel=kernel, kernel_dir=kernel_dir))
     if tag is not None:
         hub.check_tag(tag)
-    signer = keyless_signer() if sign else None  # no identity to sign with: refused before any check
     releases = prepare_releases(
         resolved, build_dir, repo_id, allow_partial=allow_partial, manylinux=None if manylinux == "none" else manylinux
     )
-    if signer is not None and not dry_run:
-        releases = [(target, signed_release(release, signer)) for target, release in releases]
     if tag is not None:  # before anything is published: a tag no kernel's release can take
         for _, release in releases:
             hub.check_tag_beside_branch(tag, release_branch(release.config))
     # Every card before anything is published: a CARD.md that cannot be rendered stops them all.
     cards = [kernel_card(release.config, target, release.metadata, release.kernel_dir) for target, release in releases]
+    if sign and not dry_run:  # last before publishing: every check passed, the OIDC token is fresh
+        with keyless_signing() as signer:
+            releases = [(target, signed_release(release, signer)) for target, release in releases]
+    elif sign:
+        console.print("note: --dry-run: nothing signed (a release would sign each variant's metadata.json)")
     api = HfApi()
     for (target, release), card in zip(releases, cards, strict=True):
         config = release.config

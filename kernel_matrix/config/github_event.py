@@ -37,7 +37,7 @@ def check_repository(repository: str, option: str) -> str:
     from kernel_matrix.errors import ConfigError
 
     owner, slash, name = repository.partition("/")
-    if not slash or not OWNER.match(owner) or not NAME.match(name):
+    if not slash or not OWNER.fullmatch(owner) or not NAME.fullmatch(name):
         raise ConfigError(
             f"{option} {repository!r}: expected OWNER/NAME, a GitHub owner (letters, digits, inner hyphens) "
             "and repository name (letters, digits, '.', '_', '-'; not starting with '.' or '-')"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
+from kernel_matrix.building.inputs import KERNEL_SKIP, file_digests
 from kernel_matrix.planning.matrix import Cell
 
 
@@ -23,26 +23,11 @@ def input_hash(cell: Cell, image_id: str, kernel_dir: Path, dependencies: set[st
         cell.to_json(),
         source_date_epoch,
         image_id,
-        _file_digests(kernel_dir, skip=("tests", "benchmarks", ".git", "build")),
-        _file_digests(PACKAGE_DIR),
+        file_digests(kernel_dir, skip=KERNEL_SKIP),
+        file_digests(PACKAGE_DIR),
         *(
             [name, resolve_dependency(name, str(kernel_dir / "build.toml")).fingerprint()]
             for name in sorted(dependencies)
         ),
     ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _file_digests(root: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    """Each file's content hash; a link's target text (never what it points at:
-    it may be a device or a host file, and the build refuses links out anyway)."""
-
-    def digest(p: Path) -> str:
-        data = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
-        return hashlib.sha256(data).hexdigest()
-
-    return [
-        (p.relative_to(root).as_posix(), digest(p))
-        for p in sorted(root.rglob("*"))
-        if (p.is_symlink() or p.is_file()) and "__pycache__" not in p.parts and p.relative_to(root).parts[0] not in skip
-    ]

@@ -18,10 +18,12 @@ file differs from the signed digest)."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
-import fnmatch
+import functools
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,9 +95,12 @@ def sign_variant(variant_dir: Path, sign: Callable[[bytes], str]) -> Path:
     return variant_dir / SIGNATURE
 
 
-def keyless_signer() -> Callable[[bytes], str]:
+@contextlib.contextmanager
+def keyless_signing() -> Iterator[Callable[[bytes], str]]:
     """Sigstore's keyless signing with the ambient OIDC identity (a GitHub Actions job with
-    `id-token: write`): ToolchainError where there is none, before anything is signed."""
+    `id-token: write`): a `sign` function (bytes in, the bundle's JSON out) for every variant
+    of a release, one certificate for all. ToolchainError where there is no identity;
+    NetworkError where Sigstore cannot be reached or refuses (one line, nothing signed)."""
     from sigstore.models import ClientTrustConfig
     from sigstore.oidc import IdentityError, IdentityToken, detect_credential
     from sigstore.sign import SigningContext
@@ -109,19 +114,34 @@ def keyless_signer() -> Callable[[bytes], str]:
             "publish --sign: no OIDC identity to sign with (a GitHub Actions job with `permissions: id-token: "
             "write` has one; elsewhere publish without --sign)"
         )
-    identity = IdentityToken(credential)
-    context = SigningContext.from_trust_config(ClientTrustConfig.production())
+    try:
+        context = SigningContext.from_trust_config(ClientTrustConfig.production())
+        session = context.signer(IdentityToken(credential), cache=True)
+        signer = session.__enter__()
+    except Exception as exc:  # noqa: BLE001 - sigstore's and its HTTP client's own kinds
+        raise NetworkError(f"publish --sign: cannot start signing: {_one_line(exc)}") from None
 
     def sign(data: bytes) -> str:
-        with context.signer(identity, cache=True) as signer:
+        try:
             return signer.sign_artifact(data).to_json()
+        except Exception as exc:  # noqa: BLE001 - Fulcio's, Rekor's, the network's
+            raise NetworkError(f"publish --sign: signing failed: {_one_line(exc)}") from None
 
-    return sign
+    try:
+        yield sign
+    finally:
+        session.__exit__(None, None, None)
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+@functools.cache
 def verifier(trust_root: Path | None) -> Verifier:
     """Sigstore's verifier for trust_root (a trusted_root.json: a private Sigstore's, or a
-    test's), else for Sigstore's public instance (fetched and checked through TUF)."""
+    test's), else for Sigstore's public instance (fetched and checked through TUF); made
+    once per process (a build's cells share it)."""
     from sigstore.models import TrustedRoot
     from sigstore.verify import Verifier
 
@@ -136,9 +156,14 @@ def verifier(trust_root: Path | None) -> Verifier:
         raise ConfigError(f"--trust-root {trust_root}: not a Sigstore trusted root: {exc}") from None
 
 
-def check_variant(variant_dir: Path, signer: Signer, verify_with: Verifier) -> Checked:
+def check_variant(
+    variant_dir: Path, signer: Signer, verify_with: Verifier, *, kernel: str | None = None, version: int | None = None
+) -> Checked:
     """The Finding for variant_dir: its bundle against metadata.json and the trust root,
-    the certificate against signer, every file against metadata.json's digest."""
+    the certificate against signer, every file against metadata.json's digest (bytecode,
+    which the digest leaves out, is refused), and metadata.json's kernel name and version
+    against `kernel` and `version` where given (a signed variant copied to another kernel's
+    repo or another version's branch is still signed)."""
     from sigstore.errors import VerificationError
     from sigstore.models import Bundle, InvalidBundle
 
@@ -157,7 +182,7 @@ def check_variant(variant_dir: Path, signer: Signer, verify_with: Verifier) -> C
     mismatch = _identity_mismatch(bundle.signing_certificate, signer)
     if mismatch:
         return Checked(name, Finding.FOREIGN, f"{name}: foreign-signed: {mismatch}")
-    differs = _digest_mismatch(variant_dir, metadata)
+    differs = _digest_mismatch(variant_dir, metadata) or _misplaced(metadata, kernel, version)
     if differs:
         return Checked(name, Finding.MISMATCHED, f"{name}: mismatched: {differs}")
     config = _extension(bundle.signing_certificate, BUILD_CONFIG_URI)
@@ -173,6 +198,22 @@ class _AnyIdentity:
         return None
 
 
+def _misplaced(metadata: bytes, kernel: str | None, version: int | None) -> str | None:
+    """Why metadata.json is not the named kernel's at the named version (None: it is)."""
+    recorded = json.loads(metadata)
+    if kernel is not None and recorded.get("name") != kernel:
+        return f"{METADATA} names the kernel {str(recorded.get('name'))[:60]!r}, not {kernel!r}"
+    if version is not None and recorded.get("version") != version:
+        return f"{METADATA} has version {str(recorded.get('version'))[:20]}, not {version} (its branch's)"
+    return None
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    """A ref glob as GitHub's branch and tag rules read it: `*` matches within one path
+    segment (never `/`, nor the `@` before a ref), everything else literally."""
+    return re.compile("".join("[^/@]*" if part == "*" else re.escape(part) for part in re.split(r"(\*)", pattern)))
+
+
 def _identity_mismatch(certificate: Certificate, signer: Signer) -> str | None:
     """Why the certificate is not signer's (None where it is)."""
     issuer = _extension(certificate, ISSUER_V2)
@@ -182,7 +223,7 @@ def _identity_mismatch(certificate: Certificate, signer: Signer) -> str | None:
     if source != signer.repository_uri:
         return f"signed from {source}, not {signer.repository_uri}"
     config = _extension(certificate, BUILD_CONFIG_URI) or ""
-    if not any(fnmatch.fnmatchcase(config, uri) for uri in signer.workflow_uris):
+    if not any(_glob(uri).fullmatch(config) for uri in signer.workflow_uris):
         return f"signed by the workflow {config}, not {' or '.join(signer.workflow_uris)}"
     return None
 
@@ -200,9 +241,12 @@ def _extension(certificate: Certificate, oid: str) -> str | None:
     length, start = raw[1], 2
     if length & 0x80:  # long form: the next (length & 0x7f) bytes are the length
         size = length & 0x7F
+        if not 1 <= size <= 4:  # 0x80 is BER's indefinite length, never DER's
+            return None
         length, start = int.from_bytes(raw[2 : 2 + size], "big"), 2 + size
-    value = raw[start : start + length]
-    return value.decode(errors="replace") if len(value) == length else None
+    if start + length != len(raw):  # the value and nothing after it
+        return None
+    return raw[start:].decode(errors="replace")
 
 
 def _digest_mismatch(variant_dir: Path, metadata: bytes) -> str | None:
@@ -216,8 +260,16 @@ def _digest_mismatch(variant_dir: Path, metadata: bytes) -> str | None:
     if algorithm != "sha256" or not isinstance(files, dict):
         return f"{METADATA}'s digest is {str(algorithm)[:20]}, not sha256 of each file"
     actual = digest_files(variant_dir)
+    # Bytecode the digest (as the loader's) leaves out would still be imported before the
+    # source it claims to be: a signed variant carries none.
+    bytecode = sorted(
+        path.relative_to(variant_dir).as_posix()
+        for path in variant_dir.rglob("*")
+        if path.is_file() and (path.suffix == ".pyc" or "__pycache__" in path.relative_to(variant_dir).parts)
+    )
     differing = sorted(
-        [f"{path} differs" for path in actual.keys() & files.keys() if actual[path] != files[path]]
+        [f"{path} was added (bytecode, which the digest leaves out)" for path in bytecode]
+        + [f"{path} differs" for path in actual.keys() & files.keys() if actual[path] != files[path]]
         + [f"{path} was added" for path in actual.keys() - files.keys()]
         + [f"{path} is missing" for path in files.keys() - actual.keys()]
     )

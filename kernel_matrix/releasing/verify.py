@@ -48,6 +48,7 @@ from kernel_matrix.containers.images import PipSetup, builder_for
 from kernel_matrix.errors import (
     ConfigError,
     EngineError,
+    KernelMatrixError,
     NetworkError,
     NothingToDoError,
     NotReproducedError,
@@ -571,13 +572,42 @@ def _published_release(
         log(f"note: {repo_id} has no version branch (v1, v2, ...): nothing published to check")
     untrusted = []
     for branch in branches:
+        untrusted += _published_branch(repo_id, branch, config, signer, checker, log=log, report=report)
+    return untrusted
+
+
+def _published_branch(
+    repo_id: str,
+    branch: str,
+    config: BuildConfig,
+    signer: Signer,
+    checker: Verifier,
+    *,
+    log: Callable[[str], None],
+    report: Callable[[str], None],
+) -> list[str]:
+    """One release branch's variants checked: the lines of those that are not signer's,
+    whole, of this kernel and version. A branch none of whose variants is signed was
+    published before signing (or by hand): a note, not a failure, as the loader warns
+    and loads; a branch with one signed variant must have all of them signed."""
+    version = int(branch[1:]) if VERSION_BRANCH.match(branch) else config.general.version
+    where = f"{repo_id}@{branch}"
+    try:
         with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
-            log(f"downloading {repo_id}@{branch}")
-            for variant_dir in download_release(repo_id, branch, Path(scratch), []):
-                checked = signatures.check_variant(variant_dir, signer, checker)
-                line = f"{repo_id}@{branch}: {checked.line}"
-                if checked.finding is signatures.Finding.SIGNED:
-                    report(line)
-                else:
-                    untrusted.append(line)
+            log(f"downloading {where}")
+            checked = [
+                signatures.check_variant(variant_dir, signer, checker, kernel=config.general.name, version=version)
+                for variant_dir in download_release(repo_id, branch, Path(scratch), [])
+            ]
+    except KernelMatrixError as exc:  # this branch only: the others are still checked
+        return [f"{where}: cannot check: {exc}"]
+    if checked and all(c.finding is signatures.Finding.UNSIGNED for c in checked):
+        log(f"note: {where}: none of its {len(checked)} variants is signed (published before signing): not checked")
+        return []
+    untrusted = []
+    for one in checked:
+        if one.finding is signatures.Finding.SIGNED:
+            report(f"{where}: {one.line}")
+        else:
+            untrusted.append(f"{where}: {one.line}")
     return untrusted
