@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 from conftest import kernel_matrix
-from hubserver import HubServer
 from sigstore_local import KERNEL_MATRIX_WORKFLOW, GitHubIdentity, LocalSigstore
-from test_reproducible import hub_env
+from test_signatures import published
 
 from kernel_matrix.layout import METADATA, SIGNATURE
 from kernel_matrix.releasing import signatures
@@ -51,13 +50,7 @@ def test_a_published_variant_built_from_the_same_inputs_is_reused_and_anything_e
     assert len(json.loads((variant / METADATA).read_text())["provenance"]["inputs"]) == 64
     signatures.sign_variant(variant, local_sigstore.signer(RELEASE))
     reuse = ["--reuse-published", "--signed-by", AUTHOR, "--trust-root", str(trust_root)]
-    with HubServer(trusted_orgs=["kernel-matrix"]) as server:
-        env = hub_env(server, tmp_path / "hf-cache")
-        create = f"from huggingface_hub import HfApi; HfApi().create_repo({REPO_ID!r}, repo_type='kernel')"
-        subprocess.run([sys.executable, "-c", create], check=True, env=env)
-        publish = ["publish", "--kernel-dir", str(kernel_copy), "--build-dir", str(cold), "--allow-partial"]
-        kernel_matrix(*publish, check=True, env=env)
-
+    with published(kernel_copy, cold, REPO_ID, tmp_path / "hf-cache") as env:
         # The same inputs: the published variant, verified, byte for byte; its suite passes on it.
         again = tmp_path / "again"
         reused = kernel_matrix("build", *native, *reuse, "--build-dir", str(again), env=env)
@@ -109,12 +102,7 @@ def test_a_container_cell_takes_the_published_variant_its_host_verified(
     kernel_matrix("build", *cell, "--build-dir", str(first), "--cache-dir", str(object_cache), check=True)
     variant = first / local_cuda_cell.name
     signatures.sign_variant(variant, local_sigstore.signer(RELEASE))
-    with HubServer(trusted_orgs=["kernel-matrix"]) as server:
-        env = hub_env(server, tmp_path / "hf-cache")
-        create = f"from huggingface_hub import HfApi; HfApi().create_repo({REPO_ID!r}, repo_type='kernel')"
-        subprocess.run([sys.executable, "-c", create], check=True, env=env)
-        publish = ["publish", "--kernel-dir", str(kernel_copy), "--build-dir", str(first), "--allow-partial"]
-        kernel_matrix(*publish, check=True, env=env)
+    with published(kernel_copy, first, REPO_ID, tmp_path / "hf-cache") as env:
         again = tmp_path / "again"
         reuse = ["--reuse-published", "--signed-by", AUTHOR, "--trust-root", str(trust_root)]
         result = kernel_matrix("build", *cell, *reuse, "--build-dir", str(again), "--no-cache", env=env)

@@ -10,12 +10,14 @@ caught: unsigned, tampered, foreign-signed (another repository, workflow or ref)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,20 @@ RELEASE = GitHubIdentity(
     ref="refs/tags/v1.0.0",
     signer_workflow=KERNEL_MATRIX_WORKFLOW,
 )
+
+
+@contextlib.contextmanager
+def published(kernel: Path, build: Path, repo_id: str, cache: Path) -> Iterator[dict[str, str]]:
+    """The loopback Hub, repo_id made on it and build's variants published there by
+    `kernel-matrix publish` (--allow-partial: the variants built, not the whole matrix);
+    the environment its clients use."""
+    with HubServer(trusted_orgs=[repo_id.split("/")[0]]) as server:
+        env = hub_env(server, cache)
+        create = f"from huggingface_hub import HfApi; HfApi().create_repo({repo_id!r}, repo_type='kernel')"
+        subprocess.run([sys.executable, "-c", create], check=True, env=env)
+        publish = ["publish", "--kernel-dir", str(kernel), "--build-dir", str(build), "--allow-partial"]
+        kernel_matrix(*publish, check=True, env=env)
+        yield env
 
 
 @pytest.fixture(scope="module")
@@ -261,13 +277,7 @@ def test_a_signed_release_on_the_hub_verifies_and_a_tampered_file_is_named(built
     shutil.copytree(built_variant, variant)
     sign(variant, local_sigstore)
     repo_id = "kernel-matrix/pure"
-    with HubServer(trusted_orgs=["kernel-matrix"]) as server:
-        env = hub_env(server, tmp_path / "hf-cache")
-        create = f"from huggingface_hub import HfApi; HfApi().create_repo({repo_id!r}, repo_type='kernel')"
-        subprocess.run([sys.executable, "-c", create], check=True, env=env)
-        # Its CPU variant only: --allow-partial (the kernel's CUDA one is not built).
-        publish = ["publish", "--kernel-dir", str(kernel), "--build-dir", str(build), "--allow-partial"]
-        kernel_matrix(*publish, check=True, env=env)
+    with published(kernel, build, repo_id, tmp_path / "hf-cache") as env:  # its CPU variant only
         verify = ["verify", "--repo-id", repo_id, "--kernel-dir", str(kernel), "--signed-by", AUTHOR]
         verify += ["--trust-root", str(trust_root), "--signatures-only"]
         good = kernel_matrix(*verify, env=env)
