@@ -149,11 +149,11 @@ def verifier(trust_root: Path | None) -> Verifier:
         try:
             return Verifier.production()
         except Exception as exc:  # noqa: BLE001 - sigstore's TUF client raises its own kinds (TUFError)
-            raise NetworkError(f"Sigstore's trust root cannot be fetched: {' '.join(str(exc).split())[:160]}") from None
+            raise NetworkError(f"Sigstore's trust root cannot be fetched: {_one_line(exc)}") from None
     try:
         return Verifier(trusted_root=TrustedRoot.from_file(str(trust_root)))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"--trust-root {trust_root}: not a Sigstore trusted root: {exc}") from None
+        raise ConfigError(f"--trust-root {trust_root}: not a Sigstore trusted root: {_one_line(exc)}") from None
 
 
 def check_variant(
