@@ -88,6 +88,7 @@ def build_and_load(kernel: Path, build_dir: Path) -> list[str]:
 
 
 CELLS_HEADER = ["kernel", "general.backends", "cells (full profile)"]
+DEVICE = "H200"  # the device column's machine (--device: the lent machine may be an H100)
 DEVICE_HEADER = ["built sm_90 (variant)", "build s", "ABI", "loads", "own suite", "device"]
 
 
@@ -143,11 +144,12 @@ def suite_columns(runs: dict[str, list[list[str]]]) -> list[str]:
     """[own suite, device]: pytest's summary line (or kernel-matrix's), and where it ran."""
     if "TEST" not in runs:
         loaded = runs.get("LOAD", [["", "1"]])[-1][1] == "0"
-        return ["not finished: running at the last read of the device", "H200"] if loaded else ["", ""]
+        return ["not finished: running at the last read of the device", DEVICE] if loaded else ["", ""]
     variant, rc, seconds, pytest_line, km_line = runs["TEST"][-1]
-    device = "H200 host CPUs" if "cpu" in variant else "H200"
-    if rc == "124":
-        return [f"not finished in {seconds} s (suite timeout)", device]
+    device = f"{DEVICE} host CPUs" if "cpu" in variant else DEVICE
+    if rc == "124":  # stopped at its limit: pytest's summary of what ran by then, where it printed one
+        by_then = f": by then {pytest_line}" if pytest_line != "-" else ""
+        return [cell(f"not finished in {seconds} s (suite timeout){by_then}"), device]
     result = pytest_line if pytest_line != "-" else km_line
     return [cell(("" if rc == "0" else f"FAIL (exit {rc}): ") + result), device]
 
@@ -170,7 +172,10 @@ def main() -> None:
     parser.add_argument("--device-results", type=Path, help="h200_sweep.sh's summary.tsv: its results, no builds here")
     parser.add_argument("--running", type=Path, help="h200_sweep.sh's running.tsv: builds not finished")
     parser.add_argument("--out", type=Path, help="write the markdown table here too")
+    parser.add_argument("--device", default="H200", help="the machine the device results came from (H200, H100)")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     to_build = [name for name in args.build.split(",") if name]
     device = device_results(args.device_results, args.running) if args.device_results else None
     work = args.build_dir or Path(tempfile.mkdtemp(prefix="km-sweep-"))

@@ -26,6 +26,17 @@
 #   SWEEP_BUILDS_AT_ONCE, SWEEP_SUITES_AT_ONCE, SWEEP_JOBS, SWEEP_HEAVY_JOBS (-j of HEAVY kernels)
 #   SWEEP_SUITE_SECONDS (each suite's limit), SWEEP_SUITE_SECONDS_OF="kernel=seconds ..."
 #   SWEEP_CAPS="kernel=8.0,9.0 ..."  --cuda-capabilities of a kernel (beside CAPS below)
+#   SWEEP_JOBS_OF="kernel=12 ..."    -j of one kernel's build (beside SWEEP_JOBS / SWEEP_HEAVY_JOBS)
+#   SWEEP_PYTEST_ARGS_OF="kernel=-n,8,--continue-on-collection-errors ..."  pytest arguments of one
+#                            suite, comma-separated (causal-conv1d gets -n,8 unless named here)
+#   SWEEP_LOW_PRIORITY="k1 ..."  builds that only take the CPU the others leave: a cgroup v2 child of
+#                            cpu.weight 1 (nice cannot do it: kernel-matrix starts each compiler in a
+#                            session of its own, so with autogroup every compiler is its own group)
+#                            and oom_score_adj 1000; where no cgroup can be made, the build waits until
+#                            the others have ended. So a second heavy build fills the cores that the
+#                            first one's last, slowest compiles leave idle, and slows it by ~nothing.
+# A suite still running at its limit gets SIGINT (pytest then prints its summary of what ran so
+# far; TEST rc 124 with that line), and a hard stop 60 s later.
 #
 # CARRY (made on the development machine, carried to the device; benchmarks/h200_carry.py makes one
 # for the kernels named, all but the DSL parts):
@@ -178,6 +189,37 @@ print("noarch" if "torch-noarch" in config else "cuda" if "cuda" in backends els
 EOF
 }
 
+low_priority() {  # this shell, and so the build it starts, into a cgroup of the least CPU weight
+  local root=${SWEEP_CGROUP_ROOT:-/sys/fs/cgroup}  # another root: the driver's own tests only
+  local group=$root/sweep-low
+  echo 1000 >/proc/$$/oom_score_adj 2>/dev/null  # first to go if memory runs out
+  [ -f $root/cgroup.controllers ] && grep -qw cpu $root/cgroup.controllers || return 1
+  grep -qw cpu $root/cgroup.subtree_control || echo +cpu >$root/cgroup.subtree_control 2>/dev/null || return 1
+  mkdir -p $group 2>/dev/null && echo 1 >$group/cpu.weight 2>/dev/null && echo $$ >$group/cgroup.procs 2>/dev/null
+}
+
+others_building() {  # a kernel of the order, not of low priority, whose build has not ended
+  local other
+  for other in ${SWEEP_ORDER:-$ORDER}; do
+    [[ " ${SWEEP_LOW_PRIORITY:-} " == *" $other "* ]] && continue
+    grep -q "^BUILD	$other	" "$work/summary.tsv" 2>/dev/null || return 0
+  done
+  return 1
+}
+
+progress_marks() {  # a pytest log's progress marks (-q), counted: what ran before a hard stop
+  python3 - "$1" <<'EOF'
+import collections, re, sys
+marks = collections.Counter()
+for line in open(sys.argv[1], errors="replace"):
+    found = re.fullmatch(r"([.FEsxX]+)\s*(\[\s*\d+%\])?\s*", line)
+    if found:
+        marks.update(found.group(1))
+names = {".": "passed", "F": "failed", "E": "errors", "s": "skipped", "x": "xfailed", "X": "xpassed"}
+print(", ".join(f"{marks[m]} {name}" for m, name in names.items() if marks[m]) + " (progress marks)" if marks else "")
+EOF
+}
+
 load() {  # kernel, build dir, backend: kernels.get_local_kernel in a fresh process
   local k=$1 b=$2 backend=$3 log=$work/logs/load-$1.log
   timeout 120 python3 -c '
@@ -194,6 +236,17 @@ if [ "$mode" = one ]; then  # build, check the ABI, load
   left=$((build_end - $(elapsed)))
   if [ $left -lt 30 ]; then tsv BUILD "$k" skipped 0 - - "not started: the sweep's build time was over"; exit 0; fi
   jobs=${SWEEP_JOBS:-4}; [[ $HEAVY == *" $k "* ]] && jobs=${SWEEP_HEAVY_JOBS:-3}
+  for entry in ${SWEEP_JOBS_OF:-}; do [ "${entry%%=*}" = "$k" ] && jobs=${entry#*=}; done
+  if [[ " ${SWEEP_LOW_PRIORITY:-} " == *" $k "* ]]; then
+    if low_priority; then
+      echo "$k: low priority ($(cat /proc/$$/cgroup), cpu.weight 1, oom_score_adj 1000)"
+    else  # no cgroup: start once the other builds have ended
+      echo "$k: no cgroup for a low priority: waiting for the other builds to end"
+      while others_building && [ "$(elapsed)" -lt $((build_end - 30)) ]; do sleep 5; done
+      left=$((build_end - $(elapsed)))
+      if [ $left -lt 30 ]; then tsv BUILD "$k" skipped 0 - - "not started: the sweep's build time was over"; exit 0; fi
+    fi
+  fi
   case $kind in
     noarch) args=() ;;
     cuda) args=(--backend cuda --cuda-capabilities "$(caps_of "$k")" -j "$jobs") ;;
@@ -235,14 +288,32 @@ if [ "$mode" = suite ]; then  # the kernel's own tests through kernel-matrix tes
   left=$((end - $(elapsed))); [ $left -gt $SUITE_SECONDS ] && left=$SUITE_SECONDS
   if [ $left -lt 20 ]; then tsv TEST "$k" "$variant" skipped 0 - "not started: the sweep's time was over"; exit 0; fi
   extra=(); [ "$k" = causal-conv1d ] && extra=(--pytest-arg=-n --pytest-arg=8)
+  for entry in ${SWEEP_PYTEST_ARGS_OF:-}; do  # kernel=arg,arg,...: this suite's pytest arguments
+    if [ "${entry%%=*}" = "$k" ]; then
+      extra=(); IFS=, read -ra args <<<"${entry#*=}"
+      for arg in "${args[@]}"; do extra+=("--pytest-arg=$arg"); done
+    fi
+  done
   for entry in ${SWEEP_SUITE_SECONDS_OF:-}; do  # kernel=seconds: a longer limit for one suite
     [ "${entry%%=*}" = "$k" ] && left=$((end - $(elapsed))) && [ $left -gt "${entry#*=}" ] && left=${entry#*=}
   done
   echo "+ python3 -m kernel_matrix test $b/$variant --kernel-dir $dir --pytest-arg=-q ${extra[*]} (timeout ${left}s)" >"$log"
   t0=$(date +%s)
-  timeout -k 10 "$left" python3 -m kernel_matrix test "$b/$variant" --kernel-dir "$dir" --pytest-arg=-q "${extra[@]}" >>"$log" 2>&1
-  rc=$?
+  # At the limit, SIGINT to pytest (kernel-matrix's child): it stops and prints what ran so far.
+  timeout -k 10 $((left + 60)) python3 -m kernel_matrix test "$b/$variant" --kernel-dir "$dir" --pytest-arg=-q "${extra[@]}" >>"$log" 2>&1 &
+  tpid=$! stop_at=$((SECONDS + left)) stopped=0
+  while kill -0 $tpid 2>/dev/null; do
+    if [ $stopped = 0 ] && [ $SECONDS -ge $stop_at ]; then
+      stopped=1
+      for kmpid in $(pgrep -P $tpid); do for pid in $(pgrep -P "$kmpid"); do kill -INT "$pid"; done; done
+      echo "+ stopped at the limit (${left}s): SIGINT to pytest" >>"$log"
+    fi
+    sleep 2
+  done
+  wait $tpid
+  rc=$?; [ $stopped = 1 ] && rc=124
   pytest_line=$(grep -E '(passed|failed|skipped|error|errors|no tests ran|deselected).* in [0-9.]+s' "$log" | tail -1 | tr '\t' ' ' | cut -c1-200)
+  [ -z "$pytest_line" ] && [ $rc = 124 ] && pytest_line=$(progress_marks "$log")
   tsv TEST "$k" "$variant" "$rc" "$(($(date +%s) - t0))" "${pytest_line:--}" "$(oneline "$log")"
   exit 0
 fi
@@ -266,6 +337,9 @@ exec 3>"$work/suiteq"  # held open until every build is done: the suites' queue 
   done
 ) &
 dsl=$!
+( while [ ! -e "$work/DONE" ]; do  # memory in use (MiB), every 30 s: what builds side by side took
+    echo "$(elapsed) $(free -m | awk '/^Mem:/ {print $3}')" >>"$work/logs/mem.log"; sleep 30
+  done ) 3>&- &  # not holding the suites' queue open
 echo ${SWEEP_ORDER:-$ORDER} | tr ' ' '\n' | xargs -r -P "$BUILDS_AT_ONCE" -n 1 "$work/driver.sh" one "$work"
 echo "builds done at $(elapsed)s"
 exec 3>&-
