@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from conftest import kernel_matrix
@@ -50,7 +51,7 @@ def test_a_published_variant_built_from_the_same_inputs_is_reused_and_anything_e
     assert len(json.loads((variant / METADATA).read_text())["provenance"]["inputs"]) == 64
     signatures.sign_variant(variant, local_sigstore.signer(RELEASE))
     reuse = ["--reuse-published", "--signed-by", AUTHOR, "--trust-root", str(trust_root)]
-    with published(kernel_copy, cold, REPO_ID, tmp_path / "hf-cache") as env:
+    with published(kernel_copy, cold, REPO_ID, tmp_path / "hf-cache") as (env, hub):
         # The same inputs: the published variant, verified, byte for byte; its suite passes on it.
         again = tmp_path / "again"
         reused = kernel_matrix("build", *native, *reuse, "--build-dir", str(again), env=env)
@@ -62,14 +63,27 @@ def test_a_published_variant_built_from_the_same_inputs_is_reused_and_anything_e
         tested = kernel_matrix("test", "--kernel-dir", str(kernel_copy), "--build-dir", str(again), "--backend", "cpu")
         assert tested.returncode == 0, tested.stdout[-2000:] + tested.stderr
 
-        # A changed source: other inputs, so it compiles.
+        # Signed for a v* tag, which a caller naming only its default branch's ref does not take.
+        other_ref = tmp_path / "other-ref"
+        only_trunk = ["--signer-ref", "refs/heads/trunk", "--build-dir", str(other_ref)]
+        built = kernel_matrix("build", *native, *reuse, *only_trunk, env=env)
+        assert built.returncode == 0, built.stderr
+        assert f"{variant.name}: built: {REPO_ID}@v1: foreign-signed" in built.stderr
+        assert stats(other_ref, variant.name)["compiled"] > 0
+
+        # A changed source: other inputs, so it compiles; of the published variant only its
+        # metadata.json (where the inputs are recorded) was downloaded.
         source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
         original = source.read_text()
         source.write_text(original + "\n// changed\n")
         changed = tmp_path / "changed"
+        asked_before = len(hub.requests)
         built = kernel_matrix("build", *native, *reuse, "--build-dir", str(changed), env=env)
         assert built.returncode == 0, built.stderr
         assert f"{variant.name}: built: {REPO_ID}@v1 holds it built from other inputs" in built.stderr
+        asked = hub.requests[asked_before:]
+        read = {unquote(r.path) for r in asked if r.method in ("GET", "HEAD") and "/resolve/" in r.path}
+        assert read and all(path.endswith(f"build/{variant.name}/{METADATA}") for path in read), read
         assert stats(changed, variant.name)["compiled"] > 0
         source.write_text(original)
 
@@ -102,7 +116,7 @@ def test_a_container_cell_takes_the_published_variant_its_host_verified(
     kernel_matrix("build", *cell, "--build-dir", str(first), "--cache-dir", str(object_cache), check=True)
     variant = first / local_cuda_cell.name
     signatures.sign_variant(variant, local_sigstore.signer(RELEASE))
-    with published(kernel_copy, first, REPO_ID, tmp_path / "hf-cache") as env:
+    with published(kernel_copy, first, REPO_ID, tmp_path / "hf-cache") as (env, _):
         again = tmp_path / "again"
         reuse = ["--reuse-published", "--signed-by", AUTHOR, "--trust-root", str(trust_root)]
         result = kernel_matrix("build", *cell, *reuse, "--build-dir", str(again), "--no-cache", env=env)

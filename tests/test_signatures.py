@@ -43,17 +43,17 @@ RELEASE = GitHubIdentity(
 
 
 @contextlib.contextmanager
-def published(kernel: Path, build: Path, repo_id: str, cache: Path) -> Iterator[dict[str, str]]:
+def published(kernel: Path, build: Path, repo_id: str, cache: Path) -> Iterator[tuple[dict[str, str], HubServer]]:
     """The loopback Hub, repo_id made on it and build's variants published there by
     `kernel-matrix publish` (--allow-partial: the variants built, not the whole matrix);
-    the environment its clients use."""
+    the environment its clients use, and the server (what it was asked)."""
     with HubServer(trusted_orgs=[repo_id.split("/")[0]]) as server:
         env = hub_env(server, cache)
         create = f"from huggingface_hub import HfApi; HfApi().create_repo({repo_id!r}, repo_type='kernel')"
         subprocess.run([sys.executable, "-c", create], check=True, env=env)
         publish = ["publish", "--kernel-dir", str(kernel), "--build-dir", str(build), "--allow-partial"]
         kernel_matrix(*publish, check=True, env=env)
-        yield env
+        yield env, server
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +277,7 @@ def test_a_signed_release_on_the_hub_verifies_and_a_tampered_file_is_named(built
     shutil.copytree(built_variant, variant)
     sign(variant, local_sigstore)
     repo_id = "kernel-matrix/pure"
-    with published(kernel, build, repo_id, tmp_path / "hf-cache") as env:  # its CPU variant only
+    with published(kernel, build, repo_id, tmp_path / "hf-cache") as (env, _):  # its CPU variant only
         verify = ["verify", "--repo-id", repo_id, "--kernel-dir", str(kernel), "--signed-by", AUTHOR]
         verify += ["--trust-root", str(trust_root), "--signatures-only"]
         good = kernel_matrix(*verify, env=env)

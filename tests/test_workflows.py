@@ -493,6 +493,7 @@ def test_every_job_is_one_command_a_developer_can_run():
                 cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANTS": "${{ matrix.variants }}"}
                 if "--signed-by" in s["run"]:  # build's published variants: this repository's signed ones
                     cell["SIGNER"] = "${{ github.repository }}"
+                    cell["DEFAULT_BRANCH"] = "${{ github.event.repository.default_branch || 'main' }}"
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
                     cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
                 assert s["env"] == cell, (job, s["run"])
@@ -1099,8 +1100,12 @@ def several_kernels(tmp_path: Path) -> Path:
 # kernel's log folder; FAIL: a variant whose build fails (the others of its batch are still built).
 BUILD_STUB = r"""#!PYTHON
 import json, os, pathlib, sys
-reuse = ["--reuse-published", "--signed-by", os.environ.get("SIGNER", "")] if sys.argv[1] == "build" else []
-if sys.argv[1] not in ("build", "wheels") or sys.argv[6:] != reuse or reuse[-1:] == [""]:
+signer = ["--signed-by", os.environ.get("SIGNER", "")]
+refs = ["--signer-ref", "refs/tags/v*", "--signer-ref", "refs/heads/" + os.environ.get("DEFAULT_BRANCH", "")]
+reuse = ["--reuse-published", *signer, *refs] if sys.argv[1] == "build" else []
+if sys.argv[1] not in ("build", "wheels") or sys.argv[6:] != reuse:
+    sys.exit(64)
+if reuse and ("" in signer or reuse[-1] == "refs/heads/"):  # no signer, or no default branch
     sys.exit(64)
 if sys.argv[2:6:2] != ["--kernel", "--variant"]:
     sys.exit(64)
@@ -1267,7 +1272,8 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     steps = JOBS["build"]["steps"]
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
-        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS" --reuse-published --signed-by "$SIGNER"',
+        'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS" --reuse-published --signed-by "$SIGNER" '
+        "--signer-ref 'refs/tags/v*' --signer-ref \"refs/heads/$DEFAULT_BRANCH\"",
         "variant-${{ matrix.job }}",  # a packaging failure still leaves the variants to test
         'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANTS"',
         "wheel-${{ matrix.job }}",
@@ -1286,6 +1292,16 @@ def test_the_build_job_takes_only_what_this_repositorys_workflow_signed():
     assert build["env"]["SIGNER"] == "${{ github.repository }}"  # never the pull request's head repository
     assert '--reuse-published --signed-by "$SIGNER"' in build["run"]
     assert "trust-root" not in build["run"]  # Sigstore's public trust root
+    assert_signer_refs_follow_the_default_branch(build)
+
+
+def assert_signer_refs_follow_the_default_branch(step: dict) -> None:
+    """Signed for a v* tag or for the repository's default branch, named by the event
+    (GitHub's own metadata, not the pull request's), main where the event has no repository."""
+    assert "--signer-ref 'refs/tags/v*' --signer-ref \"refs/heads/$DEFAULT_BRANCH\"" in step["run"]
+    branch = step["env"]["DEFAULT_BRANCH"]
+    assert render(branch, {"github": {"event": {"repository": {"default_branch": "trunk"}}}}) == "trunk"
+    assert render(branch, {"github": {"event": {"schedule": "0 5 * * *"}}}) == "main"
 
 
 def test_the_cells_wheels_never_share_a_name():
@@ -1686,8 +1702,10 @@ def test_a_schedule_checks_upstream_releases():
     assert published["if"] == "${{ inputs.published }}"
     assert reusable["on"]["workflow_call"]["inputs"]["published"]["default"] is True
     check = published["steps"][-1]
-    assert check["run"] == 'kernel-matrix verify --published --signed-by "$REPOSITORY"'
-    assert check["env"] == {"KERNEL_MATRIX_FILE": "${{ inputs.matrix-file }}", "REPOSITORY": "${{ github.repository }}"}
+    assert check["run"].startswith('kernel-matrix verify --published --signed-by "$REPOSITORY" ')
+    assert check["env"]["REPOSITORY"] == "${{ github.repository }}"
+    assert set(check["env"]) == {"KERNEL_MATRIX_FILE", "REPOSITORY", "DEFAULT_BRANCH"}
+    assert_signer_refs_follow_the_default_branch(check)
 
 
 def test_ci_runs_the_projects_test_command():

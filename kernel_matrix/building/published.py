@@ -31,11 +31,14 @@ def take(candidate: Path, where: str, variant: str, inputs: str, out_dir: Path) 
     except (OSError, ValueError, KeyError, TypeError):
         recorded = None
     if recorded != inputs:
-        shown = recorded[:12] if isinstance(recorded, str) else "none"
-        return Reused(
-            None, f"{variant}: built: {where} holds it built from other inputs ({shown}, this build's {inputs[:12]})"
-        )
+        return Reused(None, f"{variant}: built: {other_inputs(where, recorded, inputs)}")
     final = out_dir.resolve() / variant
     with staged(final) as stage:
         shutil.copytree(candidate, stage, dirs_exist_ok=True)
     return Reused(final, f"{variant}: reused from {where} (signed, built from the same inputs): nothing compiled")
+
+
+def other_inputs(where: str, recorded: object, inputs: str) -> str:
+    """Why a published variant recording `recorded` is not taken by a build of `inputs`."""
+    shown = recorded[:12] if isinstance(recorded, str) else "none"
+    return f"{where} holds it built from other inputs ({shown}, this build's {inputs[:12]})"

@@ -24,6 +24,8 @@ from kernel_matrix.cli.options import (
     MatrixFileOption,
     Python,
     SignedByOption,
+    SignerRefOption,
+    SignerWorkflowOption,
     TrustRootOption,
     check_capabilities,
     make_build_dir,
@@ -115,13 +117,15 @@ def build(
         ),
     ] = False,
     signed_by: SignedByOption = None,
+    signer_workflow: SignerWorkflowOption = None,
+    signer_ref: SignerRefOption = None,
     trust_root: TrustRootOption = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
     Every kernel of the matrix, or those --kernel names, or the one --kernel-dir names."""
     capabilities = cuda_capabilities.split(",") if cuda_capabilities else None
-    signer = signer_of(signed_by)
+    signer = signer_of(signed_by, signer_workflow, signer_ref)
     if reuse_published and signer is None:
         raise ConfigError("--reuse-published: give --signed-by OWNER/NAME, whose signed variants to reuse")
     if profile or only or variant:

@@ -21,6 +21,8 @@ from kernel_matrix.cli.options import (
     MatrixFileOption,
     Python,
     SignedByOption,
+    SignerRefOption,
+    SignerWorkflowOption,
     TrustRootOption,
     selection_of,
     signer_of,
@@ -28,7 +30,6 @@ from kernel_matrix.cli.options import (
 from kernel_matrix.errors import AbiError, ConfigError, ExitCode, KernelMatrixError
 from kernel_matrix.layout import METADATA, BuildDir
 from kernel_matrix.planning.variants import ImageKind
-from kernel_matrix.releasing import signatures
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -266,13 +267,8 @@ def verify(
         bool, typer.Option("--in-container", help="Rebuild this host's variants in their builder image too.")
     ] = False,
     signed_by: SignedByOption = None,
-    signer_workflow: Annotated[
-        str, typer.Option(help="The signing workflow's path in that repository.")
-    ] = signatures.DEFAULT_WORKFLOW,
-    signer_ref: Annotated[
-        list[str] | None,
-        typer.Option(help="A ref it may have run for, a glob (repeatable; default: refs/tags/v* and refs/heads/main)."),
-    ] = None,
+    signer_workflow: SignerWorkflowOption = None,
+    signer_ref: SignerRefOption = None,
     trust_root: TrustRootOption = None,
     signatures_only: Annotated[
         bool, typer.Option("--signatures-only", help="With --signed-by: check signatures and files, rebuild nothing.")

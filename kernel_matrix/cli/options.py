@@ -34,6 +34,17 @@ SignedByOption = Annotated[
     str | None,
     typer.Option(help="Signed by this GitHub repository (OWNER/NAME)'s release workflow, every file as signed."),
 ]
+SignerWorkflowOption = Annotated[
+    str | None,
+    typer.Option(help="The signing workflow's path in that repository (default: .github/workflows/kernel-matrix.yml)."),
+]
+SignerRefOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A ref the signing workflow may have run for, a glob (repeatable; default: refs/tags/v* and "
+        "refs/heads/main): a repository whose default branch is not main publishing from it names it here."
+    ),
+]
 TrustRootOption = Annotated[
     Path | None,
     typer.Option(help="A Sigstore trusted_root.json to verify signatures with (default: Sigstore's public one)."),

@@ -18,7 +18,7 @@ from pathlib import Path
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
-from kernel_matrix.building.published import Reused, take
+from kernel_matrix.building.published import Reused, other_inputs, take
 from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree
 from kernel_matrix.errors import KernelMatrixError
 from kernel_matrix.layout import METADATA, SIGNATURE
@@ -46,7 +46,7 @@ def reuse_published(reuse: Reuse, variant: str, inputs: str, out_dir: Path) -> R
     `inputs` (a native build, which knows them before it compiles); else Reused(None, why
     it is built)."""
     with tempfile.TemporaryDirectory(prefix="kernel-matrix-reuse-") as scratch:
-        found = fetch_verified(reuse, variant, Path(scratch))
+        found = fetch_verified(reuse, variant, Path(scratch), inputs=inputs)
         if isinstance(found, Why):
             return Reused(None, f"{variant}: built: {found}")
         return take(found, reuse.where, variant, inputs, out_dir)
@@ -56,10 +56,12 @@ class Why(str):
     """Why a published variant is not a candidate."""
 
 
-def fetch_verified(reuse: Reuse, variant: str, dest: Path) -> Path | Why:
+def fetch_verified(reuse: Reuse, variant: str, dest: Path, *, inputs: str | None = None) -> Path | Why:
     """The published variant, downloaded under dest and verified (signed by reuse.signer,
     every file as signed): a candidate whose inputs the build compares (take); else Why not.
-    On the host: a container build compares inside, where the network is off."""
+    On the host: a container build compares inside, where the network is off. inputs: the
+    build's, where the caller knows them before building (a native build): a variant whose
+    metadata.json records others is not downloaded at all (only that small file is read)."""
     from kernel_matrix.releasing.verify import download_release
 
     try:
@@ -75,6 +77,8 @@ def fetch_verified(reuse: Reuse, variant: str, dest: Path) -> Path | Why:
         return Why(f"{reuse.where}: cannot read its {variant}: {' '.join(str(exc).split())[:160]}")
     if not isinstance(recorded, str):
         return Why(f"{reuse.where}: its {variant} records no build inputs")
+    if inputs is not None and recorded != inputs:  # before the variant's (large) files are downloaded
+        return Why(other_inputs(reuse.where, recorded, inputs))
     try:
         (found,) = download_release(reuse.repo_id, reuse.revision, dest / "release", [variant])
         check_tree(found)  # plain files and folders only, nothing pointing out
