@@ -40,6 +40,7 @@ import yaml
 from conftest import CORPUS, REPO, needs_corpus
 from github_standin import GitHub, snapshot_commit, stand_in
 from hubserver import HubServer
+from registry import LoopbackRegistry
 from test_workflows import download, load, render, runs, upload
 
 pytestmark = [pytest.mark.build, pytest.mark.engine]
@@ -180,7 +181,16 @@ def actions_cache(tmp_path_factory) -> ActionsCache:
 class Runner:
     """Runs the jobs of the reusable workflow a caller names, for a tag push, on this machine."""
 
-    def __init__(self, caller: Path, repository: Path, venv: Path, hub: HubServer, tmp: Path, cache: ActionsCache):
+    def __init__(
+        self,
+        caller: Path,
+        repository: Path,
+        venv: Path,
+        hub: HubServer,
+        tmp: Path,
+        cache: ActionsCache,
+        registry: LoopbackRegistry | None = None,
+    ):
         workflow = load(caller)
         (self.job,) = workflow["jobs"].values()
         uses = self.job["uses"]
@@ -191,8 +201,12 @@ class Runner:
         self.workflow = load(REPO / ".github" / "workflows" / "reusable-build.yml")
         self.jobs = self.workflow["jobs"]
         self.repository, self.venv, self.hub, self.tmp, self.cache = repository, venv, hub, tmp, cache
+        # The images job runs where a registry stands in for ghcr.io; without one it is skipped, as for a
+        # pull request (or share-builders: false), and each build makes its own image.
+        self.registry = registry
         github = {
             "repository": "owner/kernel",
+            "actor": "owner",
             "run_id": 1,
             "workflow": workflow["name"],
             "token": "ghs_job_token",
@@ -215,6 +229,8 @@ class Runner:
         secrets = {name: render(value, caller_context) for name, value in self.job.get("secrets", {}).items()}
         self.context = {"github": github, "inputs": called, "secrets": secrets, "status": "success", "results": {}}
         self.context["env"] = {name: render(value, self.context) for name, value in self.workflow["env"].items()}
+        if registry is not None:  # the workflow's REGISTRY (ghcr.io): the registry on loopback
+            self.context["env"]["REGISTRY"] = registry.host
         self.artifacts: dict[str, dict[str, bytes]] = {}
         self.ran: list[str] = []
 
@@ -237,6 +253,8 @@ class Runner:
             "GITHUB_STEP_SUMMARY": str(runner / "summary"),
             "GITHUB_PATH": str(runner / "path"),
             "RUNNER_TEMP": str(runner),
+            # Each job's own docker credentials, as each GitHub runner has (docker login writes them there).
+            "DOCKER_CONFIG": str(runner / "docker-config"),
             # The Hub is the local test server; the cell environment is the installed venv.
             "HF_ENDPOINT": self.hub.url,
             "HF_HUB_DISABLE_XET": "1",
@@ -250,9 +268,11 @@ class Runner:
         return env
 
     def run_job(self, name: str, matrix: dict | None = None) -> dict[str, str]:
-        workspace = self.workspace(name + (f"-{matrix['job']}" if matrix else ""))
+        job = (matrix.get("job") or f"{matrix['kernel']}-{matrix['variant']}") if matrix else ""
+        workspace = self.workspace(name + (f"-{job}" if job else ""))
         github = self.context["github"] | {"workspace": str(workspace)}
-        context = self.context | {"github": github, "matrix": matrix or {}, "steps": {}}
+        runner = {"temp": str(self.tmp / "runner" / name)}  # RUNNER_TEMP, as environment() sets it
+        context = self.context | {"github": github, "matrix": matrix or {}, "steps": {}, "runner": runner}
         outputs: dict[str, str] = {}
         wheels_skipped = False
         for s in self.jobs[name]["steps"]:
@@ -304,14 +324,23 @@ class Runner:
         self.context["needs"] = {"plan": {"outputs": plan}}
         jobs = json.loads(plan["jobs"])["include"]
         assert jobs, plan
+        images = "skipped"
+        if self.registry is not None:
+            assert runs(self.jobs["images"], self.context)
+            for entry in json.loads(plan["images"])["include"]:
+                self.run_job("images", entry)
+            images = "success"
+        self.context["needs"]["images"] = {"result": images}
+        self.context["results"] = {"images": images}
         for job in jobs:
+            assert runs(self.jobs["build"], self.context | {"matrix": job})
             self.run_job("build", job)
         for job in jobs:
             if runs(self.jobs["test-cpu"], self.context | {"matrix": job}):
                 self.run_job("test-cpu", job)
         # test-gpu: no GPU here (its condition and runner are tested in test_workflows.py): skipped where
         # the plan has no GPU job, else taken as passed.
-        self.context["results"] = {"test-gpu": "success" if plan["gpu_jobs"] else "skipped"}
+        self.context["results"] = {"images": images, "test-gpu": "success" if plan["gpu_jobs"] else "skipped"}
         self.run_job("summary")
         assert runs(self.jobs["publish"], self.context)
         self.run_job("publish")
@@ -390,11 +419,21 @@ def test_kernel_matrix_builds_its_own_example_kernel_through_build_yml(
             shutil.copy2(REPO / name, repository / name)
     narrow(repository / "build_matrix.yaml", mirror)
     git_repository(repository)
-    with HubServer(trusted_orgs=["kernel-matrix"]) as hub:
+    with HubServer(trusted_orgs=["kernel-matrix"]) as hub, LoopbackRegistry(tmp_path / "registry") as registry:
         caller = repository / ".github" / "workflows" / "build.yml"
-        runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache)
+        runner = Runner(caller, repository, installed, hub, tmp_path, actions_cache, registry)
         assert runner.context["inputs"]["kernel-matrix"] == "."
         runner.run()
+        # The images job pushed the cell's builder image to the repository's packages (the registry
+        # on loopback) and listed it by digest; the build job downloaded that list and built with it.
+        ((name, files),) = [(n, f) for n, f in runner.artifacts.items() if n.startswith("builder-image-")]
+        assert name == f"builder-image-img2gray-{VARIANT}"
+        ((listed,),) = [json.loads(data) for data in files.values()]
+        repository_path = "owner/kernel/kernel-matrix-builder"
+        assert listed["reference"].startswith(f"{registry.host}/{repository_path}@sha256:")
+        assert registry.tags(repository_path) == [listed["tag"].split(":")[1]]
+        assert (tmp_path / "runner" / "build" / "builder-images" / f"img2gray-{VARIANT}.json").is_file()
+        assert "images: kernel-matrix builder-images" in runner.ran
         check = (
             textwrap.dedent("""
             rgb = torch.randint(0, 256, (5, 7, 3), dtype=torch.uint8)

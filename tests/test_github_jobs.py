@@ -94,6 +94,8 @@ def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     assert result.stderr == (
         "note: 400 cells run as 200 jobs of up to 2 cells of one kernel each "
         f"(a GitHub Actions matrix runs at most {GITHUB_MATRIX_LIMIT} jobs)\n"
+        f"note: the cells need 400 builder images, more than a matrix's {GITHUB_MATRIX_LIMIT} jobs: "
+        "none is shared, each build job makes its own\n"
     )
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     jobs = json.loads(outputs["jobs"])["include"]
@@ -103,6 +105,8 @@ def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     assert {(job["build_minutes"], job["test_minutes"]) for job in jobs} == {(180, 120)}
     gpu = json.loads(outputs["gpu_jobs"])["include"]
     assert sum(len(job["variants"].split(",")) for job in gpu) == 40 * 4 * 2  # the CUDA cells
+    # 400 builder images (a torch each): more than a matrix of images jobs takes, so none is shared.
+    assert outputs["images"] == ""
 
 
 def test_variant_takes_a_jobs_list_of_names():

@@ -204,7 +204,7 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu, github):
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{RELEASE['commit']}"
     assert f"@{RELEASE['commit']}  # v{RELEASE['version']}\n" in text
     # release-wheels's release, publish's signatures (an OIDC token): the most its jobs ask for.
-    assert job["permissions"] == {"contents": "write", "id-token": "write"}
+    assert job["permissions"] == {"contents": "write", "id-token": "write", "packages": "write"}
     assert job["with"]["kernel-matrix"] == f"git+https://github.com/{RELEASE['repository']}@{RELEASE['commit']}"
     assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run", "kernel-matrix"}
     assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}

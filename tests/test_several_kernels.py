@@ -310,3 +310,13 @@ def test_a_selection_of_many_kernels_over_the_github_limit_runs_in_batches_of_on
     )
     for job in jobs:  # a kernel's folder: build/<kernel>/<variant>/ for each of its cells
         assert job["paths"].splitlines() == [f"build/{job['kernel']}/{v}/" for v in job["variants"].split(",")]
+    # The kernels' cells share builder images: one images job each, naming a cell that needs it.
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    recipe = ("arch", "torch", "cuda", "torch_index", "image")
+    by_name = {(c["kernel"], c["variant"]): c for c in cells}
+    images = json.loads(outputs["images"])["include"]
+    shared = [tuple(by_name[entry["kernel"], entry["variant"]][k] for k in recipe) for entry in images]
+    assert len(images) == per_kernel and sorted(map(str, shared)) == sorted(
+        {str(tuple(c[k] for k in recipe)) for c in cells}
+    )
+    assert all(entry["build_runner"] == by_name[entry["kernel"], entry["variant"]]["build_runner"] for entry in images)

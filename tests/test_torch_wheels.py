@@ -70,7 +70,7 @@ def test_builders_use_the_oldest_python_the_torch_installs_on(monkeypatch):
 
 def test_the_official_builder_is_made_with_that_python(monkeypatch, tmp_path):
     made = {}
-    monkeypatch.setattr(images, "_present", lambda client, tag: False)
+    monkeypatch.setattr(images, "present", lambda client, tag: False)
     monkeypatch.setattr(images, "_make_official", lambda client, tag, dockerfile, args, base, log: made.update(args))
     monkeypatch.setattr(images, "user_cache", lambda: tmp_path)
     images.official_builder(None, "base", torch="2.15", cuda="13.2", torch_index="pypi", log=lambda m: None)

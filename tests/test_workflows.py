@@ -55,6 +55,8 @@ WRITERS = {
     ("reusable-build.yml", "release-wheels"): {"contents": "write"},
     # Sigstore's keyless signing of each published variant (publish --sign): an OIDC token, no write.
     ("reusable-build.yml", "publish"): {"contents": "read", "id-token": "write"},
+    # Builder images pushed to the repository's packages (builder-images --push); no code of the kernel's runs there.
+    ("reusable-build.yml", "images"): {"contents": "read", "packages": "write"},
     ("release.yml", "github-release"): {"contents": "write"},
     ("release.yml", "pypi"): {"id-token": "write"},
 }
@@ -380,7 +382,7 @@ def test_workflows_are_locked_down(path):
     for name, job in workflow["jobs"].items():
         if "uses" in job:  # a caller: a reusable workflow of this repository, granting what its jobs may ask
             granted = {
-                ("build.yml", REUSABLE): {"contents": "write", "id-token": "write"},
+                ("build.yml", REUSABLE): {"contents": "write", "id-token": "write", "packages": "write"},
                 ("upstream.yml", "./.github/workflows/reusable-upstream.yml"): {"contents": "read"},
             }
             assert (path.name, job["uses"]) in granted, name
@@ -390,7 +392,10 @@ def test_workflows_are_locked_down(path):
         if (path.name, name) in WRITERS:
             assert job["permissions"] == WRITERS[path.name, name], name
         else:
-            assert job.get("permissions", {}) in ({}, {"contents": "read"}), f"{name} needs no write permission"
+            # build reads the builder images the images job pushed (packages: read), nothing more.
+            readers = {("reusable-build.yml", "build"): {"contents": "read", "packages": "read"}}
+            expected = readers.get((path.name, name), {"contents": "read"})
+            assert job.get("permissions", {}) in ({}, expected), f"{name} needs no write permission"
         for holder in [job.get("container"), *job.get("services", {}).values()]:
             image = holder.get("image", "") if isinstance(holder, dict) else holder
             assert image is None or "@sha256:" in image, f"{name}: a job image must be pinned by digest"
@@ -447,7 +452,8 @@ def test_the_profile_is_pr_for_pull_requests_and_full_otherwise(context, profile
 def test_the_job_graph():
     assert {name: JOBS[name].get("needs") for name in JOBS} == {
         "plan": None,
-        "build": "plan",
+        "images": "plan",
+        "build": ["plan", "images"],
         "test-cpu": ["plan", "build"],
         "test-gpu": ["plan", "build"],
         "summary": ["build", "test-cpu", "test-gpu"],
@@ -455,12 +461,15 @@ def test_the_job_graph():
         # Wheels are attached only once the Hub release is done (publish needs every build and test).
         "release-wheels": ["plan", "publish"],
     }
-    assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs", "wheels"}
-    for name, output in (("build", "jobs"), ("test-cpu", "jobs"), ("test-gpu", "gpu_jobs")):
+    assert set(JOBS["plan"]["outputs"]) == {"jobs", "gpu_jobs", "wheels", "images"}
+    for name, output in (("build", "jobs"), ("test-cpu", "jobs"), ("test-gpu", "gpu_jobs"), ("images", "images")):
         strategy = JOBS[name]["strategy"]
         assert strategy["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}", name
         assert strategy["fail-fast"] is False, f"{name}: one failing cell must not cancel the others"
-        assert JOBS[name]["name"] == f"{name} ${{{{ matrix.job }}}}"  # not every matrix value
+        if name != "images":
+            assert JOBS[name]["name"] == f"{name} ${{{{ matrix.job }}}}"  # not every matrix value
+    assert JOBS["images"]["name"] == "images ${{ matrix.kernel }} ${{ matrix.variant }}"
+    assert JOBS["images"]["runs-on"] == BUILD_RUNS_ON
     assert JOBS["build"]["runs-on"] == JOBS["test-cpu"]["runs-on"] == BUILD_RUNS_ON  # GitHub-hosted for pull requests
     assert JOBS["test-gpu"]["runs-on"] == "${{ matrix.test_runner }}"
     assert JOBS["summary"]["if"] == "always()"
@@ -472,7 +481,8 @@ def test_every_job_is_one_command_a_developer_can_run():
     # found with bash's nullglob).
     others = {"summary": "shopt", "release-wheels": "gh"}
     for name, job in JOBS.items():
-        setup = [*install_steps(name), *[s for s in job["steps"] if s.get("run", "").startswith("python3 -m venv ")]]
+        setup = [*install_steps(name), *registry_logins(name)]
+        setup += [s for s in job["steps"] if s.get("run", "").startswith("python3 -m venv ")]
         commands = [s["run"] for s in job["steps"] if "run" in s and s not in setup]
         assert commands, name
         for command in commands:
@@ -494,6 +504,7 @@ def test_every_job_is_one_command_a_developer_can_run():
                 if "--signed-by" in s["run"]:  # build's published variants: this repository's signed ones
                     cell["SIGNER"] = "${{ github.repository }}"
                     cell["DEFAULT_BRANCH"] = "${{ github.event.repository.default_branch || 'main' }}"
+                    cell["BUILDER_IMAGES"] = BUILDER_IMAGES
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
                     cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
                 assert s["env"] == cell, (job, s["run"])
@@ -508,6 +519,16 @@ BUILD_RUNS_ON = (
     f"${{{{ {PULL_REQUEST_RUN} && (matrix.arch == 'aarch64' && 'ubuntu-24.04-arm' || 'ubuntu-24.04') "
     "|| matrix.build_runner }}"
 )
+
+
+# Where the build job reads the images job's list of builder images: only after that job passed.
+BUILDER_IMAGES = "${{ needs.images.result == 'success' && format('{0}/builder-images', runner.temp) || '' }}"
+REGISTRY_LOGIN = 'printf \'%s\' "$TOKEN" | docker login "$REGISTRY" --username "$ACTOR" --password-stdin'
+
+
+def registry_logins(job: str) -> list[dict]:
+    """The steps that log the job's engine in to the registry the builder images are shared through."""
+    return [s for s in JOBS[job]["steps"] if s.get("run") == REGISTRY_LOGIN]
 
 
 def install_steps(job: str) -> list[dict]:
@@ -541,7 +562,7 @@ def test_every_job_installs_kernel_matrix_from_the_pinned_commit_never_by_name()
         assert not re.search(r"kernel-matrix\s*[=<>~!]=", path.read_text()), (
             f"{path.name} installs kernel-matrix by name"
         )
-    for job in ("plan", "build", "test-cpu", "test-gpu", "publish"):
+    for job in ("plan", "images", "build", "test-cpu", "test-gpu", "publish"):
         (install,) = install_steps(job)
         assert install["run"].rstrip().endswith('pip install --quiet "$KERNEL_MATRIX"'), job
     for job in ("summary", "release-wheels"):
@@ -549,7 +570,7 @@ def test_every_job_installs_kernel_matrix_from_the_pinned_commit_never_by_name()
     # One install step, word for word, in every job of both reusable workflows (a composite action cannot be
     # pinned from a reusable workflow, which knows nothing of its own ref: actions/toolkit#1264).
     steps = all_install_steps()
-    assert len(steps) == 7 and len({s["run"] for _, _, s in steps}) == 1, [(w, j) for w, j, _ in steps]
+    assert len(steps) == 8 and len({s["run"] for _, _, s in steps}) == 1, [(w, j) for w, j, _ in steps]
     # test-variant's cell environments install the same, checked by the same job's install step before it.
     for job in ("test-cpu", "test-gpu"):
         test = step(job, run="kernel-matrix test-variant")
@@ -996,8 +1017,12 @@ def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == cli_matrix("pr")  # stdout: every cell's entry
     lines = output.read_text().splitlines()
-    assert lines[0] == "earlier=1" and len(lines) == 4 and lines[1].startswith("jobs=")
-    assert lines[2].startswith("gpu_jobs={") and lines[3] == "wheels=true"  # img2gray: a torch extension
+    assert lines[0] == "earlier=1" and len(lines) == 5 and lines[1].startswith("jobs=")
+    assert lines[2].startswith("gpu_jobs={") and lines[4] == "wheels=true"  # img2gray: a torch extension
+    # A builder image each cell's recipe (one kernel: a cell each), for the images job's matrix.
+    images = json.loads(lines[3].removeprefix("images="))["include"]
+    assert [entry["variant"] for entry in images] == [cell["variant"] for cell in cli_matrix("pr")["include"]]
+    assert all(set(entry) == {"kernel", "variant", "arch", "build_runner"} for entry in images)
     jobs = json.loads(lines[1].removeprefix("jobs="))  # what fromJSON parses
     assert jobs == cli_jobs("pr")
     keys = {"kernel", "variants", "job", "arch", "build_runner", "test_runner", "noarch", "wheel", "cpu_test", "paths"}
@@ -1273,7 +1298,8 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
         'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS" --reuse-published --signed-by "$SIGNER" '
-        "--signer-ref 'refs/tags/v*' --signer-ref \"refs/heads/$DEFAULT_BRANCH\"",
+        "--signer-ref 'refs/tags/v*' --signer-ref \"refs/heads/$DEFAULT_BRANCH\" "
+        '${BUILDER_IMAGES:+--builder-images "$BUILDER_IMAGES"}',
         "variant-${{ matrix.job }}",  # a packaging failure still leaves the variants to test
         'kernel-matrix wheels --kernel "$KERNEL" --variant "$VARIANTS"',
         "wheel-${{ matrix.job }}",
@@ -1497,10 +1523,22 @@ def test_only_the_release_jobs_hold_a_token_that_may_write():
     gh_step = JOBS["release-wheels"]["steps"].index(step("release-wheels", run="gh release"))
     own = RELEASE["jobs"]["github-release"]["steps"]
     (own_gh,) = [i for i, s in enumerate(own) if s.get("run", "").startswith("gh release")]
-    assert token_uses == [
-        ("release.yml", f".jobs.github-release.steps[{own_gh}].env.GH_TOKEN"),
-        ("reusable-build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN"),
+    # ... and the registry logins of images (packages: write) and build (packages: read), through stdin.
+    logins = [
+        ("reusable-build.yml", f".jobs.{job}.steps[{JOBS[job]['steps'].index(login)}].env.TOKEN")
+        for job in ("images", "build")
+        for login in registry_logins(job)
     ]
+    assert len(logins) == 2 and all(
+        login["env"]["TOKEN"] == "${{ github.token }}" for j in ("images", "build") for login in registry_logins(j)
+    )
+    assert sorted(token_uses) == sorted(
+        [
+            ("release.yml", f".jobs.github-release.steps[{own_gh}].env.GH_TOKEN"),
+            ("reusable-build.yml", f".jobs.release-wheels.steps[{gh_step}].env.GH_TOKEN"),
+            *logins,
+        ]
+    )
     assert JOBS["release-wheels"]["steps"][gh_step]["env"]["GH_TOKEN"] == "${{ github.token }}"
     assert own[own_gh]["env"]["GH_TOKEN"] == "${{ github.token }}"
     writers = {
@@ -1510,10 +1548,12 @@ def test_only_the_release_jobs_hold_a_token_that_may_write():
         if "write" in str(job.get("permissions"))
     }
     # The caller's job grants what release-wheels asks (a called job can have no more than its caller's).
-    assert writers == {("build.yml", "kernel-matrix"): {"contents": "write", "id-token": "write"}, **WRITERS}
+    caller = {"contents": "write", "id-token": "write", "packages": "write"}
+    assert writers == {("build.yml", "kernel-matrix"): caller, **WRITERS}
     # Word for word too, comments aside: no other `<scope>: write` (or write-all) anywhere, top level included.
     code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for p in WORKFLOWS for line in p.read_text().splitlines())
-    assert sorted(re.findall(r"[\w-]+:\s*write(?:-all)?\b", code)) == ["contents: write"] * 3 + ["id-token: write"] * 3
+    found = sorted(re.findall(r"[\w-]+:\s*write(?:-all)?\b", code))
+    assert found == ["contents: write"] * 3 + ["id-token: write"] * 3 + ["packages: write"] * 2
     # They run nothing of the repository's: no checkout, no kernel-matrix, no script.
     for steps in (JOBS["release-wheels"]["steps"], own, RELEASE["jobs"]["pypi"]["steps"]):
         assert not any("actions/checkout" in s.get("uses", "") for s in steps)
@@ -1937,3 +1977,98 @@ def test_test_variant_removes_only_a_batchs_own_environments(tmp_path):
     # Neither is built (3 each): the code they share.
     assert result.returncode == 3 and "error: 2 of 2 variants failed: a ../victim" in result.stderr, result.stderr
     assert victim.is_dir() and not own.exists()
+
+
+# --- builder images shared through the repository's packages ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "ref", "inputs", "shared", "reuse"),
+    [
+        ("push", "refs/heads/main", {}, True, True),
+        ("dispatch", "refs/heads/main", {}, True, True),
+        ("push", "refs/tags/v1", {}, True, False),  # a release makes its own images
+        ("dispatch", "refs/heads/main", {"publish": True}, True, False),
+        ("push", "refs/heads/main", {"share-builders": False}, False, None),
+        ("same-repo-pr", "", {}, False, None),
+        ("fork-pr", "", {}, False, None),
+    ],
+    ids=["push", "dispatch", "tag", "publishing-dispatch", "not-shared", "same-repo-pr", "fork-pr"],
+)
+def test_builder_images_are_shared_outside_pull_requests_and_releases_take_none_by_tag(
+    kind, ref, inputs, shared, reuse
+):
+    context = run_context(kind, **({"ref": ref} if ref else {}))
+    context["inputs"] |= inputs
+    context["needs"]["plan"]["outputs"]["images"] = '{"include":[{}]}'
+    images = JOBS["images"]
+    assert runs(images, context) is shared
+    make = step("images", run="kernel-matrix builder-images")
+    if shared:
+        assert (render(make["env"]["REUSE"], context) == "true") is reuse
+    # The build job runs after the images job or without it, and pulls only what that job listed.
+    results = {"images": "success" if shared else "skipped"}
+    build = JOBS["build"]
+    after = context | {"results": results}
+    assert runs(build, after)
+    seen = after | {"needs": {**context["needs"], "images": {"result": results["images"]}}}
+    for taken in (step("build", uses="actions/download-artifact"), *registry_logins("build")):
+        assert runs(taken, seen) is shared
+    listed = render(BUILDER_IMAGES, seen | {"runner": {"temp": "/tmp/runner"}})
+    assert listed == ("/tmp/runner/builder-images" if shared else "")
+    # A failed images job: the builds still run, each making its own images.
+    failed = context | {"results": {"images": "failure"}}
+    assert runs(build, failed) and not runs(
+        step("build", uses="actions/download-artifact"),
+        failed | {"needs": {**context["needs"], "images": {"result": "failure"}}},
+    )
+    assert not runs(
+        images, context | {"needs": {"plan": {"outputs": {**context["needs"]["plan"]["outputs"], "images": ""}}}}
+    )
+
+
+def test_the_images_jobs_command_pushes_under_this_repositorys_packages_by_the_token_on_stdin(tmp_path):
+    """The images job's two commands, run as written with a stand-in `docker` and `kernel-matrix` that
+    record their arguments and stdin: the token reaches docker only on stdin, never a command line; the
+    repository is the caller's, in lower case as registries require."""
+    record = tmp_path / "record"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, stdin in (("docker", f"sed 's/^/stdin: /' >> {record}; echo >> {record}"), ("kernel-matrix", "")):
+        (bin_dir / tool).write_text(f"#!/bin/sh\nprintf '%s\\n' \"{tool} $*\" >> {record}\n{stdin}\n")
+        (bin_dir / tool).chmod(0o755)
+    context = run_context("push")
+    context["matrix"] = {"kernel": "relu", "variant": "torch214-cxx11-cu130-x86_64-linux"}
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GITHUB_REPOSITORY": "Owner/Kernel"}
+    env |= {"REGISTRY": render(BUILD["env"]["REGISTRY"], context), "GITHUB_ACTOR": "someone"}
+    for s in (*registry_logins("images"), step("images", run="kernel-matrix builder-images")):
+        step_env = {
+            name: text(render(value, context | {"github": context["github"] | {"actor": "someone"}}))
+            for name, value in s["env"].items()
+        }
+        result = subprocess.run(
+            ["bash", "-e", "-c", s["run"]],
+            env={**env, **step_env},
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0, result.stderr
+    lines = record.read_text().splitlines()
+    assert lines[0] == "docker login ghcr.io --username someone --password-stdin"
+    assert lines[1] == "stdin: ghs_job_token"
+    assert lines[2] == (
+        "kernel-matrix builder-images --kernel relu --variant torch214-cxx11-cu130-x86_64-linux --push "
+        "ghcr.io/owner/kernel/kernel-matrix-builder --reuse "
+        "--out builder-images/relu-torch214-cxx11-cu130-x86_64-linux.json"
+    )
+    assert all("ghs_job_token" not in line for line in lines if not line.startswith("stdin:"))
+    upload = step("images", uses="actions/upload-artifact")
+    assert upload["with"]["path"] == "builder-images/" and upload["with"]["if-no-files-found"] == "error"
+    download = step("build", uses="actions/download-artifact")
+    assert download["with"] == {
+        "pattern": "builder-image-*",
+        "merge-multiple": True,
+        "path": "${{ runner.temp }}/builder-images",
+    }
+    assert upload["with"]["name"] == "builder-image-${{ matrix.kernel }}-${{ matrix.variant }}"

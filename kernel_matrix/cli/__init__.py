@@ -1,7 +1,7 @@
 """The `kernel-matrix` command line. Each subcommand is one CI job step that a
 developer can run locally; errors are one line on stderr and a distinct exit code.
 
-One module per group of commands: matrix.py (matrix), build.py (build, wheels,
+One module per group of commands: matrix.py (matrix), images.py (builder-images), build.py (build, wheels,
 shell), checks.py (test, check-abi, verify), release.py (publish, clean); the
 options they share in options.py, tables in render.py, output in console.py."""
 
@@ -19,6 +19,7 @@ import typer
 from kernel_matrix.cli.build import build, shell, wheels
 from kernel_matrix.cli.checks import check_abi, test, verify
 from kernel_matrix.cli.console import error
+from kernel_matrix.cli.images import builder_images
 from kernel_matrix.cli.init import init
 from kernel_matrix.cli.matrix import matrix
 from kernel_matrix.cli.release import clean, publish
@@ -35,6 +36,7 @@ app = typer.Typer(
 COMMANDS: dict[str, Callable[..., None]] = {
     "init": init,  # once, in a kernel's repository
     "matrix": matrix,
+    "builder-images": builder_images,  # once a run, before build, where builders are shared
     "build": build,
     "wheels": wheels,
     "shell": shell,

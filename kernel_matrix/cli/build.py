@@ -120,6 +120,13 @@ def build(
     signer_workflow: SignerWorkflowOption = None,
     signer_ref: SignerRefOption = None,
     trust_root: TrustRootOption = None,
+    builder_images: Annotated[
+        Path | None,
+        typer.Option(
+            help="Container builds: pull the builder images this list (or folder of lists) from "
+            "`kernel-matrix builder-images` names, by digest, instead of making them.",
+        ),
+    ] = None,
 ) -> None:
     """Build this host's variant natively (no selection), or matrix cells in containers (--profile/--only/--variant).
 
@@ -142,10 +149,14 @@ def build(
             def published(chosen: Kernel) -> Published:
                 return cell_lookup(published_of(chosen, signer, trust_root))
 
+        if builder_images is not None:
+            _pull_builders(builder_images)
         _build_in_containers(
             resolved, build_dir, profile, image, jobs, shared_cache, capabilities, cell_timeout, published
         )
         return
+    if builder_images is not None:
+        raise ConfigError("--builder-images is for container builds (--profile, --only or --variant)")
     from kernel_matrix.building.objcache import MAX_SCOPE_BYTES, ObjectCache
     from kernel_matrix.building.recipe import recipe_digest
     from kernel_matrix.config.github_event import GithubEvent
@@ -165,6 +176,16 @@ def build(
                 cache.prune(MAX_SCOPE_BYTES)
 
     each_kernel(selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders(), build_one)
+
+
+def _pull_builders(listed: Path) -> None:
+    """The listed builder images, each pulled by digest and checked to be the recipe it is
+    listed as (containers/registry.py); the build then finds them instead of making them."""
+    from kernel_matrix.containers import registry
+    from kernel_matrix.containers.engine import connect
+
+    shared = registry.read_listed(listed)  # a bad list is refused before the engine is asked
+    registry.pull_listed(connect(), shared, log=console.print)
 
 
 def published_of(chosen: Kernel, signer: Signer, trust_root: Path | None) -> Reuse:

@@ -105,20 +105,29 @@ def _check_release_tag(resolved: Resolved, tag: str) -> None:
 def _job_matrices(resolved: Resolved, cells: list[Cell], event: GithubEvent) -> dict[str, str]:
     """The build workflow's job outputs: `jobs`, `gpu_jobs` (an empty string, not an empty
     matrix, which GitHub refuses, when no cell is for the GPU runners: the GPU job's `if`
-    skips it) and `wheels`. Says so where cells are batched to fit GitHub's job limit."""
+    skips it), `images` (the builder images to share, likewise empty where every cell is
+    Python only) and `wheels`. Says so where cells are batched to fit GitHub's job limit."""
     import json
 
-    from kernel_matrix.planning.github_jobs import batching, github_jobs
-    from kernel_matrix.planning.matrix import gpu_test_cells
+    from kernel_matrix.planning.github_jobs import batching, builder_image_jobs, builder_images_needed, github_jobs
+    from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT, gpu_test_cells
 
     jobs = resolved.github_jobs(cells)
     if note := batching(len(cells), jobs):
         console.print(f"note: {note}", soft_wrap=True)
     gpu = set(gpu_test_cells(cells, event))
     gpu_jobs = github_jobs(jobs, lambda cell: cell in gpu)
+    images = builder_image_jobs(jobs)
+    if not images["include"] and (needed := builder_images_needed(cells)) > GITHUB_MATRIX_LIMIT:
+        console.print(
+            f"note: the cells need {needed} builder images, more than a matrix's {GITHUB_MATRIX_LIMIT} jobs: "
+            "none is shared, each build job makes its own",
+            soft_wrap=True,
+        )
     return {
         "jobs": json.dumps(github_jobs(jobs), separators=(",", ":")),
         "gpu_jobs": json.dumps(gpu_jobs, separators=(",", ":")) if gpu_jobs["include"] else "",
+        "images": json.dumps(images, separators=(",", ":")) if images["include"] else "",
         # Whether any job makes a wheel: release-wheels has none to attach otherwise.
         "wheels": "true" if any(cell.variant.makes_wheel for cell in cells) else "false",
     }

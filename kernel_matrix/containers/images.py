@@ -86,17 +86,24 @@ CUDA_HOME = "/opt/cuda"
 # Where an image build finds the wheels the host downloaded (read-only).
 WHEELS = "/wheels"
 LABEL = "kernel-matrix.image"
+# A builder's recipe (its tag's part after the colon), carried with it when it is shared
+# through a registry (registry.py), where the tag it is found under proves nothing.
+RECIPE_LABEL = "kernel-matrix.recipe"
 # Run in the builder's venv after torch is installed (torch_cuda.py's text, by
 # `python -c`: kernel-matrix is not there yet), in offline and official builders
 # alike: its CUDA major must be the cell's.
 _CHECK_TORCH_CUDA = Path(torch_cuda.__file__).read_text()
 
 
+# Brings a missing builder (its tag) from elsewhere instead of making it; whether it did.
+Fetch = Callable[[str], bool]
+
+
 def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _present(client: docker.DockerClient, tag: str) -> bool:
+def present(client: docker.DockerClient, tag: str) -> bool:
     try:
         client.images.get(tag)
         return True
@@ -110,13 +117,13 @@ def _made_once(client: docker.DockerClient, tag: str) -> Iterator[bool]:
     the caller makes it. A second maker (another build on the runner host, another test
     worker) waits for the first and then finds the image, instead of spending minutes on
     a copy that would leave the first one untagged."""
-    if _present(client, tag):
+    if present(client, tag):
         yield True
         return
     locks = user_cache() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     with FileLock(locks / f"image-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.lock"):
-        yield _present(client, tag)
+        yield present(client, tag)
 
 
 def debian_mirror() -> str:
@@ -131,11 +138,16 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+def offline_base_tag() -> str:
+    """The offline base's tag: its recipe, known before it is made."""
+    return f"kernel-matrix/offline-base:{_digest(OFFLINE_SUITE, debian_mirror(), OFFLINE_PACKAGES)}"
+
+
 def offline_base(client: docker.DockerClient, log: Callable[[str], None] = print) -> str:
     mirror = debian_mirror()
-    tag = f"kernel-matrix/offline-base:{_digest(OFFLINE_SUITE, mirror, OFFLINE_PACKAGES)}"
-    with _made_once(client, tag) as present:
-        if not present:
+    tag = offline_base_tag()
+    with _made_once(client, tag) as here:
+        if not here:
             _make_offline_base(client, tag, mirror, log)
     return tag
 
@@ -286,6 +298,7 @@ def builder_image(
     torch_index: str,
     pip: PipSetup,
     log: Callable[[str], None] = print,
+    fetch: Fetch | None = None,
 ) -> str:
     """The builder for one torch minor (and CUDA version): found by its hash, else made once.
 
@@ -298,13 +311,6 @@ def builder_image(
             f"CUDA {cuda}: builder images take the CUDA toolchain from PyPI, which has a complete nvcc only for "
             f"CUDA {OFFLINE_CUDA_MAJOR}.x; build CUDA {cuda} cells on an official CUDA image"
         )
-    try:
-        base_id = client.images.get(base).id
-    except docker.errors.ImageNotFound:
-        raise EngineError(
-            f"base image {base} is not present in the engine (it is never pulled): pull or build it first, "
-            "or use --image offline"
-        ) from None
     python = builder_python(torch, (OFFLINE_TARGET_PYTHON,), "offline (Debian bookworm)")
     target = Target(python, OFFLINE_TARGET_GLIBC, host_arch())
     # Installed in this order, each folder with --no-deps (its dependencies were downloaded
@@ -329,12 +335,22 @@ def builder_image(
         )
         # a stable toolkit root for CUDA_HOME, wherever the wheels put nvidia/cu<major>/
         script += f" && ln -s {VENV}/lib/python3*/site-packages/nvidia/cu{cuda_major(cuda)} {CUDA_HOME}"
-    # The recipe itself is hashed: changing how images are made makes new ones.
+    # The recipe itself is hashed: changing how images are made makes new ones. The base by
+    # its tag (its own recipe), not its image ID, which each machine's debootstrap makes anew:
+    # so the tag is known before anything is made, and is the same on every machine, which
+    # is what lets a builder made by one job be found by the next (registry.py).
     recipe = (BUILD_TOOL_REQUIREMENTS, torch, torch_index, cuda, CUDA_WHEELS, CUDA_LIBRARIES, target)
-    digest = _digest(base_id, script, recipe, pip.settings)
+    digest = _digest(base, script, recipe, pip.settings)
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-{cuda_tag(cuda) if cuda else 'cpu'}-{digest}"
-    with _made_once(client, tag) as present:
-        if not present:
+    with _made_once(client, tag) as here:
+        if not here and not (fetch is not None and fetch(tag)):
+            if base == offline_base_tag():
+                offline_base(client, log=log)
+            elif not present(client, base):
+                raise EngineError(
+                    f"base image {base} is not present in the engine (it is never pulled): pull or build it "
+                    "first, or use --image offline"
+                )
             _make_builder(
                 client, base, tag, script, torch=torch, cuda=cuda, torch_index=torch_index, target=target, log=log
             )
@@ -374,7 +390,8 @@ def _make_builder(
             if result.exit_code != 0:
                 raise EngineError(f"creating {tag} failed (exit {result.exit_code}): {result.output.strip()[-800:]}")
             repository, version = tag.split(":")
-            box.handle.commit(repository=repository, tag=version, changes=[f'LABEL {LABEL}="builder"'])
+            labels = [f'LABEL {LABEL}="builder"', f'LABEL {RECIPE_LABEL}="{version}"']
+            box.handle.commit(repository=repository, tag=version, changes=labels)
 
 
 def official_builder(
@@ -386,6 +403,7 @@ def official_builder(
     torch_index: str,
     log: Callable[[str], None] = print,
     dockerfile: Path = DOCKERFILE,
+    fetch: Fetch | None = None,
 ) -> str:
     """The production builder: docker/builder.Dockerfile on the official CUDA
     image `base` (pulled by the build if missing). Tagged by a hash of the
@@ -403,8 +421,8 @@ def official_builder(
     }
     digest = _digest(dockerfile.read_text(), sorted(args.items()))
     tag = f"kernel-matrix/builder:{torch_tag(torch)}-official-{digest}"
-    with _made_once(client, tag) as present:
-        if not present:
+    with _made_once(client, tag) as here:
+        if not here and not (fetch is not None and fetch(tag)):
             _make_official(client, tag, dockerfile, args, base, log)
     return tag
 
@@ -425,6 +443,7 @@ def _make_official(
             dockerfile=dockerfile.name,
             buildargs=args,
             tag=tag,
+            labels={RECIPE_LABEL: tag.rsplit(":", 1)[1]},
             network_mode="host",  # registries are needed here; no bridge exists on our engines
             rm=True,
             forcerm=True,
@@ -442,14 +461,28 @@ def builder_for(
     image_kind: str,
     pip: PipSetup,
     log: Callable[[str], None] = print,
+    fetch: Fetch | None = None,
 ) -> str:
-    """The cell's builder image of image_kind (official or offline), made (once) if it is missing."""
+    """The cell's builder image of image_kind (official or offline), made (once) if it is
+    missing and fetch (given its tag) does not bring it (registry.py)."""
+    variant = cell.variant
     if image_kind == "official":
-        variant = cell.variant
         return official_builder(
-            client, cell.image, torch=variant.torch, cuda=variant.cuda, torch_index=cell.torch_index, log=log
+            client,
+            cell.image,
+            torch=variant.torch,
+            cuda=variant.cuda,
+            torch_index=cell.torch_index,
+            log=log,
+            fetch=fetch,
         )
-    base = offline_base(client, log=log)
     return builder_image(
-        client, base, torch=cell.variant.torch, cuda=cell.variant.cuda, torch_index=cell.torch_index, pip=pip, log=log
+        client,
+        offline_base_tag(),  # made only where the builder is neither here nor fetched
+        torch=variant.torch,
+        cuda=variant.cuda,
+        torch_index=cell.torch_index,
+        pip=pip,
+        log=log,
+        fetch=fetch,
     )

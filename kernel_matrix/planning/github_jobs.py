@@ -111,6 +111,39 @@ def plan_jobs(
     return jobs
 
 
+def builder_image_jobs(jobs: Sequence[Job], limit: int = GITHUB_MATRIX_LIMIT) -> dict[str, Any]:
+    """The images job's matrix: an entry per builder image the compiled cells need (the
+    cells of one arch, torch, CUDA, torch index and base image share one), naming the
+    first cell that needs it, so that `builder-images --variant` makes exactly that image,
+    on that cell's build runner. Python-only cells need none. More images than a matrix
+    takes: none shared (each build job makes its own, as without the images job)."""
+    entries: dict[tuple[object, ...], dict[str, Any]] = {}
+    for job in jobs:
+        for cell in job.cells:
+            if not cell.variant.noarch:
+                entries.setdefault(
+                    _builder_key(cell),
+                    {
+                        "kernel": job.kernel,
+                        "variant": cell.name,
+                        "arch": cell.variant.arch,
+                        "build_runner": list(cell.build_runner),
+                    },
+                )
+    return {"include": list(entries.values()) if len(entries) <= limit else []}
+
+
+def builder_images_needed(cells: Sequence[Cell]) -> int:
+    """How many builder images the compiled cells need."""
+    return len({_builder_key(cell) for cell in cells if not cell.variant.noarch})
+
+
+def _builder_key(cell: Cell) -> tuple[object, ...]:
+    """What decides a cell's builder image (containers/images.py's recipe, as the plan knows it)."""
+    v = cell.variant
+    return (v.arch, v.torch, v.cuda, cell.torch_index, cell.image)
+
+
 def batching(cell_count: int, jobs: Sequence[Job]) -> str | None:
     """How the cells were batched to fit GitHub's job limit, or None for a job a cell."""
     if len(jobs) == cell_count:
