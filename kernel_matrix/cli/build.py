@@ -28,6 +28,7 @@ from kernel_matrix.cli.options import (
     SignerWorkflowOption,
     TrustRootOption,
     check_capabilities,
+    image_kind_of,
     make_build_dir,
     resolve,
     selection_of,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from kernel_matrix.building.objcache import ObjectCache
     from kernel_matrix.containers.build_request import BuildRequest
     from kernel_matrix.containers.pool import CellResult, Published
-    from kernel_matrix.planning.matrix import Matrix
     from kernel_matrix.planning.selection import Kernel, Resolved
     from kernel_matrix.releasing.reuse import Reuse
     from kernel_matrix.releasing.signatures import Signer
@@ -368,12 +368,6 @@ def build_native(
     console.print(render.native_summary(rows))
 
 
-def _image_kind(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:
-    """--image, else the matrix's; the local profile is what this host builds, where
-    no registry is assumed, so its builders stand on the offline base."""
-    return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
-
-
 def _build_in_containers(
     resolved: Resolved,
     build_dir: Path,
@@ -394,7 +388,7 @@ def _build_in_containers(
     results = build_selection(
         resolved,
         BuildDir(build_dir),
-        image_kind=_image_kind(image, profile, resolved.matrix),
+        image_kind=image_kind_of(image, profile, resolved.matrix),
         jobs=jobs,
         cache_dir=cache_dir,
         capabilities=capabilities,
@@ -469,7 +463,7 @@ def wheels(
         raise BuildError(f"no compiled variant of {names} is built in {build_dir}: run kernel-matrix build first")
     results = build_wheels(
         work,
-        image_kind=_image_kind(image, profile, resolved.matrix),
+        image_kind=image_kind_of(image, profile, resolved.matrix),
         out_dir=out_dir or build_dir / "wheels",
         log=console.print,
     )

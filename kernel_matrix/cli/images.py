@@ -14,6 +14,7 @@ from kernel_matrix.cli.options import (
     KernelDirOption,
     KernelOption,
     MatrixFileOption,
+    image_kind_of,
     resolve,
     selection_of,
 )
@@ -61,7 +62,7 @@ def builder_images(
     repository = registry.check_repository(push)
     resolved = resolve(selection_of(file, profile, only, variant, kernel, kernel_dir))
     client = connect()
-    kind = image.value if image else resolved.matrix.spec.image
+    kind = image_kind_of(image, profile, resolved.matrix)  # as build picks it
     pip = PipSetup.from_host()
 
     def fetch(tag: str) -> bool:

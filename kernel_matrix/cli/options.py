@@ -13,6 +13,7 @@ from kernel_matrix.errors import ConfigError
 from kernel_matrix.planning.variants import ImageKind
 
 if TYPE_CHECKING:
+    from kernel_matrix.planning.matrix import Matrix
     from kernel_matrix.planning.selection import Resolved, Selection
     from kernel_matrix.releasing.signatures import Signer
 
@@ -179,3 +180,9 @@ def signer_of(signed_by: str | None, workflow: str | None = None, refs: list[str
         return None
     repository = check_repository(signed_by, "--signed-by")
     return Signer(repository, workflow or DEFAULT_WORKFLOW, tuple(refs) if refs else DEFAULT_REFS)
+
+
+def image_kind_of(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:
+    """--image, else the matrix's; the local profile is what this host builds, where
+    no registry is assumed, so its builders stand on the offline base."""
+    return image.value if image else ("offline" if profile == "local" else matrix.spec.image)
