@@ -94,6 +94,8 @@ class GitHubIdentity:
     signer_workflow: str | None = None  # owner/repo/path@ref of a reusable workflow
     issuer: str = GITHUB_ISSUER
     sha: str = "0123456789abcdef0123456789abcdef01234567"
+    repository_id: str = "700100"  # GitHub's numbers for the repository and its owner
+    owner_id: str = "700001"
 
     @property
     def config_uri(self) -> str:
@@ -117,6 +119,9 @@ class GitHubIdentity:
             12: repository_uri,
             13: self.sha,
             14: self.ref,
+            15: self.repository_id,
+            16: f"https://github.com/{self.repository.split('/')[0]}",
+            17: self.owner_id,
             18: self.config_uri,
             19: self.sha,
             20: "push",

@@ -206,6 +206,7 @@ class Runner:
         self.registry = registry
         github = {
             "repository": "owner/kernel",
+            "repository_id": "700100",
             "actor": "owner",
             "run_id": 1,
             "workflow": workflow["name"],

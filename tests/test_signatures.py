@@ -11,6 +11,7 @@ caught: unsigned, tampered, foreign-signed (another repository, workflow or ref)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -132,6 +133,23 @@ def test_a_signature_by_anyone_else_is_foreign(variant, local_sigstore, trust_ro
     assert checked.finding is Finding.FOREIGN and said in checked.line, checked.line
 
 
+def test_a_repository_made_anew_under_the_authors_name_is_foreign_where_its_number_is_given(
+    variant, local_sigstore, trust_root
+):
+    """A name can be taken again (the repository deleted or renamed, another made under it); GitHub's
+    number for the repository cannot, and Fulcio certifies it (its Source Repository Identifier)."""
+    sign(variant, local_sigstore, dataclasses.replace(RELEASE, repository_id="999999"))
+    by_name = check(variant, trust_root)
+    assert by_name.finding is Finding.SIGNED, by_name.line  # the name alone cannot tell
+    numbered = dataclasses.replace(AUTHORS_RELEASE, repository_id=RELEASE.repository_id)
+    by_number = signatures.check_variant(variant, numbered, signatures.verifier(trust_root))
+    assert by_number.finding is Finding.FOREIGN, by_number.line
+    assert f"signed from repository number 999999, not {RELEASE.repository_id}: another repository" in by_number.line
+    sign(variant, local_sigstore)  # the author's own repository, its number as given
+    again = signatures.check_variant(variant, numbered, signatures.verifier(trust_root))
+    assert again.finding is Finding.SIGNED, again.line
+
+
 def test_a_changed_byte_of_any_file_is_caught(variant, local_sigstore, trust_root):
     sign(variant, local_sigstore)
     package = variant / "__init__.py"
@@ -248,6 +266,8 @@ def test_verify_signed_by_checks_local_variants_one_line_each(built, variant, lo
     [
         (["--signatures-only"], "--signatures-only: give --signed-by OWNER/NAME"),
         (["--signed-by", "a/.."], "--signed-by 'a/..': expected OWNER/NAME"),
+        (["--signed-by", "a/b", "--signer-repository-id", "12a"], "'12a': not a repository number"),
+        (["--signer-repository-id", "12"], "--signer-repository-id: give --signed-by OWNER/NAME too"),
     ],
 )
 def test_bad_signature_options_are_one_line(built, options, said):

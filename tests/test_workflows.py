@@ -316,6 +316,7 @@ def run_context(
     that did not succeed ("failure", "skipped"); status "cancelled": the run was cancelled."""
     github = {
         "repository": "owner/kernel",
+        "repository_id": "700100",
         "run_id": run_id,
         "workflow": CALLER["name"],
         "token": "ghs_job_token",
@@ -503,6 +504,7 @@ def test_every_job_is_one_command_a_developer_can_run():
                 cell = {"KERNEL": "${{ matrix.kernel }}", "VARIANTS": "${{ matrix.variants }}"}
                 if "--signed-by" in s["run"]:  # build's published variants: this repository's signed ones
                     cell["SIGNER"] = "${{ github.repository }}"
+                    cell["SIGNER_ID"] = "${{ github.repository_id }}"
                     cell["DEFAULT_BRANCH"] = "${{ github.event.repository.default_branch || 'main' }}"
                     cell["BUILDER_IMAGES"] = BUILDER_IMAGES
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
@@ -1125,7 +1127,7 @@ def several_kernels(tmp_path: Path) -> Path:
 # kernel's log folder; FAIL: a variant whose build fails (the others of its batch are still built).
 BUILD_STUB = r"""#!PYTHON
 import json, os, pathlib, sys
-signer = ["--signed-by", os.environ.get("SIGNER", "")]
+signer = ["--signed-by", os.environ.get("SIGNER", ""), "--signer-repository-id", os.environ.get("SIGNER_ID", "")]
 refs = ["--signer-ref", "refs/tags/v*", "--signer-ref", "refs/heads/" + os.environ.get("DEFAULT_BRANCH", "")]
 reuse = ["--reuse-published", *signer, *refs] if sys.argv[1] == "build" else []
 if sys.argv[1] not in ("build", "wheels") or sys.argv[6:] != reuse:
@@ -1174,7 +1176,11 @@ def build_job(
         stub.chmod(0o755)
     workspace.mkdir(parents=True)
     mine = {c["variant"]: {"path": c["path"], "wheel": wheel_name(c)} for c in cells if c["kernel"] == job["kernel"]}
-    context, artifacts, status = {"matrix": job, "github": {"repository": "owner/kernel"}}, {}, "success"
+    context, artifacts, status = (
+        {"matrix": job, "github": {"repository": "owner/kernel", "repository_id": "700100"}},
+        {},
+        "success",
+    )
     for s in JOBS["build"]["steps"]:
         if not runs(s, context | {"status": status}):
             continue
@@ -1298,6 +1304,7 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
     order = [s.get("run") or s["with"]["name"] for s in steps if "run" in s or "upload-artifact@" in s.get("uses", "")]
     assert order[-5:] == [
         'kernel-matrix build --kernel "$KERNEL" --variant "$VARIANTS" --reuse-published --signed-by "$SIGNER" '
+        '--signer-repository-id "$SIGNER_ID" '
         "--signer-ref 'refs/tags/v*' --signer-ref \"refs/heads/$DEFAULT_BRANCH\" "
         '${BUILDER_IMAGES:+--builder-images "$BUILDER_IMAGES"}',
         "variant-${{ matrix.job }}",  # a packaging failure still leaves the variants to test
@@ -1316,7 +1323,8 @@ def test_the_build_job_uploads_its_wheel_after_the_variant_and_fails_without_one
 def test_the_build_job_takes_only_what_this_repositorys_workflow_signed():
     build = step("build", run="kernel-matrix build")
     assert build["env"]["SIGNER"] == "${{ github.repository }}"  # never the pull request's head repository
-    assert '--reuse-published --signed-by "$SIGNER"' in build["run"]
+    assert '--reuse-published --signed-by "$SIGNER" --signer-repository-id "$SIGNER_ID"' in build["run"]
+    assert build["env"]["SIGNER_ID"] == "${{ github.repository_id }}"  # GitHub's number: not a name taken again
     assert "trust-root" not in build["run"]  # Sigstore's public trust root
     assert_signer_refs_follow_the_default_branch(build)
 
@@ -1744,7 +1752,9 @@ def test_a_schedule_checks_upstream_releases():
     check = published["steps"][-1]
     assert check["run"].startswith('kernel-matrix verify --published --signed-by "$REPOSITORY" ')
     assert check["env"]["REPOSITORY"] == "${{ github.repository }}"
-    assert set(check["env"]) == {"KERNEL_MATRIX_FILE", "REPOSITORY", "DEFAULT_BRANCH"}
+    assert set(check["env"]) == {"KERNEL_MATRIX_FILE", "REPOSITORY", "REPOSITORY_ID", "DEFAULT_BRANCH"}
+    assert check["env"]["REPOSITORY_ID"] == "${{ github.repository_id }}"
+    assert '--signed-by "$REPOSITORY" --signer-repository-id "$REPOSITORY_ID" ' in check["run"]
     assert_signer_refs_follow_the_default_branch(check)
 
 

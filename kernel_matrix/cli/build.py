@@ -25,6 +25,7 @@ from kernel_matrix.cli.options import (
     Python,
     SignedByOption,
     SignerRefOption,
+    SignerRepositoryIdOption,
     SignerWorkflowOption,
     TrustRootOption,
     check_capabilities,
@@ -119,6 +120,7 @@ def build(
     signed_by: SignedByOption = None,
     signer_workflow: SignerWorkflowOption = None,
     signer_ref: SignerRefOption = None,
+    signer_repository_id: SignerRepositoryIdOption = None,
     trust_root: TrustRootOption = None,
     builder_images: Annotated[
         Path | None,
@@ -132,7 +134,7 @@ def build(
 
     Every kernel of the matrix, or those --kernel names, or the one --kernel-dir names."""
     capabilities = cuda_capabilities.split(",") if cuda_capabilities else None
-    signer = signer_of(signed_by, signer_workflow, signer_ref)
+    signer = signer_of(signed_by, signer_workflow, signer_ref, signer_repository_id)
     if reuse_published and signer is None:
         raise ConfigError("--reuse-published: give --signed-by OWNER/NAME, whose signed variants to reuse")
     if profile or only or variant:

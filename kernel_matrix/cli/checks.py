@@ -22,6 +22,7 @@ from kernel_matrix.cli.options import (
     Python,
     SignedByOption,
     SignerRefOption,
+    SignerRepositoryIdOption,
     SignerWorkflowOption,
     TrustRootOption,
     selection_of,
@@ -269,6 +270,7 @@ def verify(
     signed_by: SignedByOption = None,
     signer_workflow: SignerWorkflowOption = None,
     signer_ref: SignerRefOption = None,
+    signer_repository_id: SignerRepositoryIdOption = None,
     trust_root: TrustRootOption = None,
     signatures_only: Annotated[
         bool, typer.Option("--signatures-only", help="With --signed-by: check signatures and files, rebuild nothing.")
@@ -295,7 +297,7 @@ def verify(
     for option, given in (("--signatures-only", signatures_only), ("--published", published)):
         if given and signed_by is None:
             raise ConfigError(f"{option}: give --signed-by OWNER/NAME, whose signatures to check")
-    signer = signer_of(signed_by, signer_workflow, signer_ref)
+    signer = signer_of(signed_by, signer_workflow, signer_ref, signer_repository_id)
     if published and signer is not None:
         if variants or revision is not None:
             raise ConfigError("--published checks every release: give no VARIANT and no --revision")

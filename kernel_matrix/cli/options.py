@@ -29,8 +29,17 @@ KernelOption = Annotated[
     list[str] | None,
     typer.Option("--kernel", help="This kernel of the matrix (its build.toml name; repeatable; default: all)."),
 ]
+
+
 # Whose signatures a command believes (verify, build --reuse-published): a GitHub repository's
 # release workflow, under Sigstore's public trust root or another.
+def check_repository_id(value: str | None) -> str | None:
+    """--signer-repository-id as given: digits only (GitHub's repository numbers)."""
+    if value is not None and not (value.isascii() and value.isdigit()):
+        raise typer.BadParameter(f"{value!r}: not a repository number (digits, github.repository_id)")
+    return value
+
+
 SignedByOption = Annotated[
     str | None,
     typer.Option(help="Signed by this GitHub repository (OWNER/NAME)'s release workflow, every file as signed."),
@@ -44,6 +53,14 @@ SignerRefOption = Annotated[
     typer.Option(
         help="A ref the signing workflow may have run for, a glob (repeatable; default: refs/tags/v* and "
         "refs/heads/main): a repository whose default branch is not main publishing from it names it here."
+    ),
+]
+SignerRepositoryIdOption = Annotated[
+    str | None,
+    typer.Option(
+        help="GitHub's number for the --signed-by repository (github.repository_id): a signature from another "
+        "repository that had that name (deleted or renamed, the name taken again) is foreign-signed.",
+        callback=check_repository_id,
     ),
 ]
 TrustRootOption = Annotated[
@@ -170,16 +187,23 @@ BackendOption = Annotated[
 ]
 
 
-def signer_of(signed_by: str | None, workflow: str | None = None, refs: list[str] | None = None) -> Signer | None:
-    """--signed-by's Signer (its workflow and refs, else the defaults init's workflow has);
-    None where it is not given."""
+def signer_of(
+    signed_by: str | None,
+    workflow: str | None = None,
+    refs: list[str] | None = None,
+    repository_id: str | None = None,
+) -> Signer | None:
+    """--signed-by's Signer (its workflow and refs, else the defaults init's workflow has,
+    and its repository number where given); None where it is not given."""
     from kernel_matrix.config.github_event import check_repository
     from kernel_matrix.releasing.signatures import DEFAULT_REFS, DEFAULT_WORKFLOW, Signer
 
     if signed_by is None:
+        if repository_id is not None:
+            raise ConfigError("--signer-repository-id: give --signed-by OWNER/NAME too")
         return None
     repository = check_repository(signed_by, "--signed-by")
-    return Signer(repository, workflow or DEFAULT_WORKFLOW, tuple(refs) if refs else DEFAULT_REFS)
+    return Signer(repository, workflow or DEFAULT_WORKFLOW, tuple(refs) if refs else DEFAULT_REFS, repository_id)
 
 
 def image_kind_of(image: ImageKind | None, profile: str | None, matrix: Matrix) -> str:

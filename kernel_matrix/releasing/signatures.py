@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 # Fulcio's certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md).
 _OID = "1.3.6.1.4.1.57264.1."
-ISSUER_V2, SOURCE_REPOSITORY_URI, BUILD_CONFIG_URI = (_OID + n for n in ("8", "12", "18"))
+ISSUER_V2, SOURCE_REPOSITORY_URI, SOURCE_REPOSITORY_ID, BUILD_CONFIG_URI = (_OID + n for n in ("8", "12", "15", "18"))
 # What init writes: the kernel repository's workflow (calling kernel-matrix's reusable one,
 # whose publish job signs), run for a v* tag or asked to publish on the default branch.
 DEFAULT_WORKFLOW = ".github/workflows/kernel-matrix.yml"
@@ -67,6 +67,10 @@ class Signer:
     repository: str  # owner/name
     workflow: str = DEFAULT_WORKFLOW
     refs: tuple[str, ...] = DEFAULT_REFS
+    # GitHub's number for the repository, which a name does not keep: a repository deleted (or
+    # renamed) and another made under its name has another number (Fulcio's Source Repository
+    # Identifier). None: the name alone is checked.
+    repository_id: str | None = None
 
     @property
     def repository_uri(self) -> str:
@@ -222,6 +226,14 @@ def _identity_mismatch(certificate: Certificate, signer: Signer) -> str | None:
     source = _extension(certificate, SOURCE_REPOSITORY_URI)
     if source != signer.repository_uri:
         return f"signed from {source}, not {signer.repository_uri}"
+    if (
+        signer.repository_id is not None
+        and (number := _extension(certificate, SOURCE_REPOSITORY_ID)) != signer.repository_id
+    ):
+        return (
+            f"signed from repository number {number or '(none given)'}, not {signer.repository_id}: another "
+            f"repository that had the name {signer.repository}"
+        )
     config = _extension(certificate, BUILD_CONFIG_URI) or ""
     if not any(_glob(uri).fullmatch(config) for uri in signer.workflow_uris):
         return f"signed by the workflow {config}, not {' or '.join(signer.workflow_uris)}"
