@@ -47,6 +47,29 @@ def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, obj
     assert abi.returncode == 0, abi.stderr
 
 
+def test_the_newest_torchs_pypi_cuda_cell_builds_in_its_container_and_passes_the_abi_check(engine, tmp_path):
+    """Following upstream (issue 36): the newest torch of the matrix (2.15; its PyPI wheel is CUDA 13.2)
+    builds in its builder image, whatever CUDA this host has (the image brings PyPI's nvcc), and its
+    library passes kernel-abi-check. The host's torch is older, so the variant is not loaded here."""
+    cells = select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"), profile="full")
+    newest = max(tuple(int(x) for x in c.variant.torch.split(".")) for c in cells if c.variant.torch)
+    (cell,) = [
+        c
+        for c in cells
+        if c.torch_index == "pypi"
+        and c.variant.cuda
+        and c.variant.arch == os.uname().machine
+        and tuple(int(x) for x in c.variant.torch.split(".")) == newest
+    ]
+    result = container_build_cli(cell, tmp_path, KERNEL_DIR, "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    metadata = json.loads((tmp_path / cell.name / "metadata.json").read_text())
+    assert metadata["backend"] == {**metadata["backend"], "type": "cuda"}
+    abi = kernel_matrix("check-abi", cell.name, "--build-dir", str(tmp_path), "--kernel-dir", str(KERNEL_DIR))
+    assert abi.returncode == 0, abi.stdout + abi.stderr
+    assert re.search(r"\.abi3\.so\s*│ ok\s*│ ok", abi.stdout + abi.stderr), abi.stdout + abi.stderr  # abi3, manylinux
+
+
 def test_rebuilding_reuses_the_images_and_skips_what_is_built(
     local_cuda_cell, kernel_copy, object_cache, tmp_path, monkeypatch
 ):
