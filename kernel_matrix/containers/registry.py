@@ -10,11 +10,12 @@ carries it in a label, RECIPE_LABEL, set when it was made. Two ways in:
   digest that job reported (`builder-images --out`). A digest names content: no other
   writer of the registry can change what is pulled. This is what a release build uses.
 - by recipe tag (`pull_by_recipe`): an image any earlier run pushed under the recipe's tag.
-  A tag can be moved by anyone who may write the registry, so this is for builds that
-  publish nothing (pushes, pull requests), as the object cache is (docs/trust.md).
+  A tag can be moved by anyone who may write the registry, so this is for runs that publish
+  nothing (pushes, manual runs without publish), as the object cache is (docs/trust.md).
 
-Either way the image's RECIPE_LABEL must name the recipe the build computed itself, or
-it is not used (one line says why) and the image is made here instead."""
+Either way the image's RECIPE_LABEL must name the recipe the build computed itself. A listed
+image that does not stops the build in one line (a run's own list names the wrong image);
+an image found by tag that does not is not taken, one line says why, and it is made instead."""
 
 from __future__ import annotations
 
