@@ -22,12 +22,14 @@ from kernel_matrix.cli.options import (
     KernelDirOption,
     KernelOption,
     MatrixFileOption,
+    OnlyOption,
     Python,
     SignedByOption,
     SignerRefOption,
     SignerRepositoryIdOption,
     SignerWorkflowOption,
     TrustRootOption,
+    VariantOption,
     check_capabilities,
     image_kind_of,
     make_build_dir,
@@ -427,10 +429,8 @@ def wheels(
     profile: Annotated[
         str | None, typer.Option(help="This matrix profile's cells (default: every built cell).")
     ] = None,
-    only: Annotated[str | None, typer.Option(help="The cells matching KEY=VALUE,...")] = None,
-    variant: Annotated[
-        list[str] | None, typer.Option("--variant", help="This cell (NAME or NAME,NAME,...; repeatable).")
-    ] = None,
+    only: OnlyOption = None,
+    variant: VariantOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
