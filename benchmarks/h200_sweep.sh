@@ -10,6 +10,9 @@
 #   benchmarks/h200_sweep.sh save WORK OUT          # stop the driver (its process group, by the PID `start`
 #                                                   # kept) and put the builds' object caches in OUT as
 #                                                   # objects.tar.xz.aa, .ab, ... (15 MiB parts)
+#   benchmarks/h200_sweep.sh snap WORK OUT          # the same parts, the driver left running
+#   benchmarks/h200_sweep.sh go CARRY WORK END OUT SECS  # one call: `start` unless the last call's
+#                                                   # sweep is still there (running or done), `wait`, `snap`
 #
 # A build longer than one call (flash-attn2: 77 objects, ~16 minutes of the 16 cores) goes on in the
 # next call, of this session or the next: `save` brings its compiled objects back, and `start` with
@@ -29,6 +32,9 @@
 #   SWEEP_JOBS_OF="kernel=12 ..."    -j of one kernel's build (beside SWEEP_JOBS / SWEEP_HEAVY_JOBS)
 #   SWEEP_PYTEST_ARGS_OF="kernel=-n,8,--continue-on-collection-errors ..."  pytest arguments of one
 #                            suite, comma-separated (causal-conv1d gets -n,8 unless named here)
+#   SWEEP_KM_TREE=1          run the device's working tree's kernel_matrix (from the repository's root),
+#                            not CARRY/km: what every run before the tenth did without meaning to; only
+#                            to reuse object parts saved so (their compiles name /work/main/kernel_matrix)
 #   SWEEP_LOW_PRIORITY="k1 ..."  builds that only take the CPU the others leave: a cgroup v2 child of
 #                            cpu.weight 1 (nice cannot do it: kernel-matrix starts each compiler in a
 #                            session of its own, so with autogroup every compiler is its own group)
@@ -117,15 +123,34 @@ if [ "$mode" = wait ]; then
   exit 0
 fi
 
-if [ "$mode" = save ]; then  # WORK OUT: stop the driver's group, bring the object caches back
+if [ "$mode" = save ] || [ "$mode" = snap ]; then  # WORK OUT: bring the object caches back
+  # save stops the driver's group first; snap leaves it running (a copy of what is stored so far,
+  # for a call whose machine may be given back before the next: the build goes on meanwhile, and
+  # the next call on the same machine only waits). The cache stores each entry by rename, so a
+  # copy taken while compiles run holds whole entries (the .tmp- files in flight are left out).
   work=${2:?WORK} out=${3:?OUT}
   [ -f "$work/driver.pid" ] || exit 3
-  stop_driver "$work"
+  [ "$mode" = save ] && stop_driver "$work"
   cd "$work/builds" || exit 3
   mapfile -t caches < <(find . -maxdepth 3 -path '*/.cache/objects' -type d)
   echo "cached objects: $(find "${caches[@]}" -type f -path '*/objects/*/objects/*' | wc -l), $(du -sch "${caches[@]}" | tail -1)"
-  tar cf - "${caches[@]}" | xz -T0 -6 | split -b 15M - "$out/objects.tar.xz."
+  tar cf - --exclude='.tmp-*' "${caches[@]}" | xz -T0 -6 | split -b 15M - "$out/objects.tar.xz."
   du -ch "$out"/objects.tar.xz.* | tail -1
+  exit 0
+fi
+
+if [ "$mode" = go ]; then  # CARRY WORK END OUT SECS: one call of a sweep that spans calls
+  # A sweep running (or done) in WORK, on the last call's machine still warm: wait for it. Else (a
+  # fresh machine, or a driver that ended without DONE) `start` it, with the objects the carry has.
+  # Then wait SECS and `snap`. The call that must end the sweep runs `save` instead (or after).
+  carry=${2:?CARRY} work=${3:?WORK} end=${4:?END} out=${5:?OUT} secs=${6:?SECS}
+  if [ -e "$work/DONE" ] || { [ -f "$work/driver.pid" ] && kill -0 -- "-$(cat "$work/driver.pid")" 2>/dev/null; }; then
+    echo "the sweep in $work is the last call's (started at $(cat "$work/t0" 2>/dev/null), END $(cat "$work/end" 2>/dev/null)): waiting"
+  else
+    "$self" start "$carry" "$work" "$end" || exit 3
+  fi
+  "$self" wait "$work" "$out" "$secs"
+  "$self" snap "$work" "$out"
   exit 0
 fi
 
@@ -139,7 +164,7 @@ if [ "$mode" = dsl ]; then  # PART WORK: join, check and unpack the cu13 libs in
 fi
 
 if [ "$mode" = start ]; then
-  carry=$(realpath "${2:?CARRY}") work=${3:?WORK} end=${4:?END}
+  carry=$(realpath "${2:?CARRY}") work=$(realpath -m "${3:?WORK}") end=${4:?END}
   if [ -d "$work" ]; then  # the last call's machine: keep its builds' object caches, clear the rest
     echo "$work exists: keeping $work/builds"
     stop_driver "$work"  # a sweep whose call ended before its `save`
@@ -161,6 +186,13 @@ if [ "$mode" = start ]; then
     echo "restored $(find "$work/builds" -type f -path '*/.cache/objects/*/objects/*' | wc -l) cached objects"
   fi
   cp "$self" "$work/driver.sh"  # the working tree here is replaced at each call: run a copy
+  # ... and from WORK: `python3 -m` puts the current folder first on sys.path, before PYTHONPATH, so
+  # from the repository's root it imported the working tree's kernel_matrix, not the carried km/
+  # (the ninth run's object caches: every compile's inputs held /work/main/kernel_matrix/compat/
+  # headers, which each call's new working tree changes, so compiles spanning a call were not stored)
+  # SWEEP_KM_TREE=1 keeps the old way (the working tree's kernel_matrix, from its root): only for
+  # object caches saved that way (their keys name /work/main/kernel_matrix), the ninth run's parts.
+  [ "${SWEEP_KM_TREE:-0}" = 1 ] || cd "$work" || exit 3
   export PYTHONPATH=$work/km
   km --version || exit 3
   python3 -c 'import torch, kernels; print("torch", torch.__version__, "kernels", kernels.__version__, torch.cuda.get_device_name())'
