@@ -25,12 +25,19 @@ def pytest_addoption(parser):
 
 
 # Markers a test gets from the fixtures it uses, directly or through other fixtures
-# (local_cuda_cell needs engine), so that `scripts/test --fast`
-# (-m "not build and not engine and not corpus") leaves out whatever compiles or needs the
-# container engine without anyone having to remember a marker. Tests that build without
-# these fixtures carry @pytest.mark.build themselves; kernel_matrix() below fails an
-# unmarked test whose build succeeds, so a missing marker shows up in the full run.
-FIXTURE_MARKERS = {"engine": "engine", "built": "build", "object_cache": "build", "corpus_builds": "corpus"}
+# (local_cuda_cell needs engine), so that `scripts/test --fast` (-m "not build and not
+# engine and not corpus and not processes") leaves out whatever compiles, needs the
+# container engine or starts Python, without anyone having to remember a marker. Tests that
+# build or start Python without these fixtures carry the marker themselves: kernel_matrix()
+# below fails an unmarked test whose build succeeds, and Popen one that starts Python (a
+# Python started through a shell or script is not seen: tests that do carry the marker too).
+FIXTURE_MARKERS = {
+    "engine": "engine",
+    "built": "build",
+    "object_cache": "build",
+    "corpus_builds": "corpus",
+    "cutlass_3_8": "processes",  # pip fetches the pin
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,7 +51,57 @@ _running: list[pytest.Item] = []
 
 
 def _full_loop_only(item: pytest.Item) -> bool:
-    return any(item.get_closest_marker(m) for m in ("build", "engine", "corpus", "corpus_full"))
+    return any(item.get_closest_marker(m) for m in ("build", "engine", "corpus", "corpus_full", "processes"))
+
+
+# The test being set up, run or torn down (its fixtures' processes count as its own).
+_current: list[pytest.Item] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current.append(item)
+    yield
+    _current.pop()
+
+
+def _starts_python(argv0: object) -> bool:
+    """Whether a process started as argv0 is a Python interpreter or a script it runs
+    (kernel-matrix's entry point, a venv's pip): a second or more of imports each."""
+    name = os.path.basename(os.fsdecode(argv0)) if isinstance(argv0, (str, bytes, os.PathLike)) else ""
+    if re.fullmatch(r"python[0-9.]*", name):
+        return True
+    path = shutil.which(os.fsdecode(argv0)) if name else None
+    try:
+        with open(path or "", "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _checked_popen_init(self, args, *rest, **kwargs):
+    """Popen, refusing a Python process to a test of the fast loop (scripts/test --fast): each
+    costs a second or more of start-up, which hundreds of tests made minutes. Such a test is
+    marked `processes` (or build, engine, corpus), as kernel_matrix() asks of a build."""
+    test = _current[-1] if _current else None
+    argv0 = args if isinstance(args, (str, bytes, os.PathLike)) else next(iter(args), "")
+    if test is not None and not kwargs.get("shell") and not _full_loop_only(test) and _starts_python(argv0):
+        if record := os.environ.get("KERNEL_MATRIX_RECORD_PROCESSES"):
+            with open(record, "a") as f:
+                f.write(f"{test.nodeid}\t{os.fsdecode(argv0)}\n")
+        else:
+            pytest.fail(
+                f"{test.nodeid} starts a Python process ({os.fsdecode(argv0)}): mark it @pytest.mark.processes "
+                "(scripts/test --fast leaves those out)"
+            )
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _checked_popen_init
 
 
 @pytest.fixture(autouse=True)

@@ -38,6 +38,7 @@ def test_a_variant_that_does_not_load_fails_the_build_and_keeps_the_built_one(bu
     assert snapshot(build_dir / previous.name) == before
 
 
+@pytest.mark.processes
 def test_a_python_only_variant_whose_package_raises_on_import_is_not_written(tmp_path):
     kernel = noarch_kernel(tmp_path, "boom", '["cpu"]')
     (kernel / "torch-ext" / "boom" / "__init__.py").write_text("raise RuntimeError('the kernel is broken')\n")
@@ -51,6 +52,7 @@ def test_a_python_only_variant_whose_package_raises_on_import_is_not_written(tmp
     assert not (tmp_path / "out" / "torch-cpu").exists()
 
 
+@pytest.mark.processes
 def test_the_kernels_code_gets_no_token_and_its_control_characters_are_escaped(tmp_path):
     kernel = noarch_kernel(tmp_path, "leak", '["cpu"]')
     (kernel / "torch-ext" / "leak" / "__init__.py").write_text(
@@ -125,6 +127,7 @@ def test_the_load_check_is_off_with_the_option_or_the_kernels_flake(tmp_path, ho
     assert (said in result.stderr) is (how == "flake.nix")
 
 
+@pytest.mark.processes
 def test_a_relative_python_and_a_linked_flake_do_not_skip_the_check(tmp_path):
     # The child starts in its own empty HOME: a relative --python is made absolute first. A flake.nix
     # linked from outside the kernel (here one that would turn the check off) is not read.
@@ -172,6 +175,7 @@ def test_python_only_variants_of_backends_this_torch_does_not_load_get_one_note(
 
 
 @pytest.mark.parametrize("breakage", ["no __init__.py", "nested package"])
+@pytest.mark.processes
 def test_the_package_layout_is_checked_before_anything_is_written(kernel_copy, tmp_path, breakage):
     package = kernel_copy / "torch-ext" / "img2gray"
     if breakage == "no __init__.py":
@@ -197,6 +201,7 @@ def test_a_nested_folder_without_python_files_is_not_refused(kernel_copy):
     check_layout(kernel_copy, "img2gray")
 
 
+@pytest.mark.processes
 def test_an_op_registered_without_the_kernels_namespace_is_refused_at_its_line(kernel_copy, tmp_path):
     op = kernel_copy / "torch-ext" / "img2gray" / "op.py"
     op.write_text(

@@ -200,6 +200,7 @@ def test_upstream_takes_the_git_urls_kernel_builder_takes(kernel_copy, url):
     assert load_build_toml(kernel_copy).general.upstream == url
 
 
+@pytest.mark.processes
 def test_every_problem_of_a_build_toml_gets_its_own_line(kernel_copy, tmp_path):
     # Three problems of three kinds: a key, a value, a file; all reported in one run.
     _edit(kernel_copy, 'license = "Apache-2.0"', 'license = "Apache-2.0"\nlicence = "MIT"')
@@ -241,6 +242,7 @@ def test_a_refused_value_is_one_line_showing_it_as_written(kernel_copy, lines, s
     assert said in line, line
 
 
+@pytest.mark.processes
 def test_the_cli_reports_bad_build_toml_with_exit_code_2_and_builds_nothing(kernel_copy, tmp_path):
     _edit(kernel_copy, "version = 1", "version = 1\nflavour = 2")
     build_dir = tmp_path / "build"
@@ -251,12 +253,14 @@ def test_the_cli_reports_bad_build_toml_with_exit_code_2_and_builds_nothing(kern
     assert not build_dir.exists()
 
 
+@pytest.mark.processes
 def test_a_missing_build_toml_is_one_clear_line(tmp_path):
     result = kernel_matrix("build", "--kernel-dir", str(tmp_path), "--build-dir", str(tmp_path / "b"))
     assert result.returncode == 2 and "cannot read build.toml" in result.stderr
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.processes
 def test_capabilities_the_cuda_version_cannot_compile_are_refused(kernel_copy, tmp_path):
     _edit(kernel_copy, 'cuda-capabilities = ["7.5",', 'cuda-capabilities = ["6.0", "6.1"] #')
     result = kernel_matrix(
@@ -430,6 +434,7 @@ def test_sections_of_other_backends_are_read_and_skipped(kernel_copy):
     assert "gray_rocm" not in config.kernels_for("cuda")
 
 
+@pytest.mark.processes
 def test_matrix_notes_skipped_sections_and_an_edition_4_file_at_their_lines(kernel_copy):
     """What the builds will say (a section left out, a file upgraded in memory, as kernel-builder
     warns), `matrix` says first, each at its line;."""
@@ -452,6 +457,7 @@ def test_matrix_notes_skipped_sections_and_an_edition_4_file_at_their_lines(kern
     ]
 
 
+@pytest.mark.processes
 def test_matrix_notes_a_backend_no_section_is_for_once_at_general_backends(kernel_copy):
     """Without [kernel.img2gray_cpu] the CPU variant compiles the binding alone (kernel-builder
     makes no CPU variant of such a kernel): `matrix` says so before any job, once for the
@@ -470,6 +476,7 @@ def test_matrix_notes_a_backend_no_section_is_for_once_at_general_backends(kerne
     ]
 
 
+@pytest.mark.processes
 def test_matrix_names_the_edition_4_files_of_a_repository_in_one_line(tmp_path):
     for name in ("gray-a", "gray-b", "gray-c"):
         shutil.copytree(KERNEL_DIR, tmp_path / name, ignore=shutil.ignore_patterns("build", "__pycache__"))
@@ -496,12 +503,14 @@ def test_capabilities_are_checked_where_they_are_written(kernel_copy, value):
 
 
 @pytest.mark.parametrize("value", ["9.0,", "sm_90", "9", "9.0 ", "9.0\n"])
+@pytest.mark.processes
 def test_bad_cuda_capabilities_options_are_one_line(value, tmp_path):
     result = kernel_matrix("build", "--cuda-capabilities", value, "--build-dir", str(tmp_path / "b"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "--cuda-capabilities" in result.stderr and not (tmp_path / "b").exists()
 
 
+@pytest.mark.processes
 def test_a_torch_outside_the_kernels_range_is_refused_and_its_cells_dropped(kernel_copy, tmp_path):
     from kernel_matrix.planning.matrix import load_matrix
     from kernel_matrix.planning.selection import Kernel, kernel_cells
@@ -517,6 +526,7 @@ def test_a_torch_outside_the_kernels_range_is_refused_and_its_cells_dropped(kern
     assert f"torch.maxver is 2.13, not {host}" in result.stderr or "torch.minver is 2.13" in result.stderr
 
 
+@pytest.mark.processes
 def test_a_cpu_only_kernel_has_no_cuda_cells(kernel_copy, tmp_path):
     _edit(kernel_copy, 'backends = ["cpu", "cuda"]', 'backends = ["cpu"]')
     (tmp_path / "build_matrix.yaml").write_text((KERNEL_DIR.parent / "build_matrix.yaml").read_text())
@@ -853,6 +863,7 @@ def _mlx_kernel(folder, backends: str) -> None:
     )
 
 
+@pytest.mark.processes
 def test_mlx_noarch_is_read_and_skipped_like_metal(tmp_path):
     _mlx_kernel(tmp_path, '["metal"]')
     config = load_build_toml(tmp_path)

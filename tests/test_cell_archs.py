@@ -81,6 +81,7 @@ def plan(matrix: Path, tmp_path: Path) -> tuple[list[dict], dict]:
     return cells, gpu
 
 
+@pytest.mark.processes
 def test_a_cells_archs_are_what_its_build_declares(tmp_path):
     """The cu130 x86_64 cell's archs are the capabilities the build of that cell plans
     (planned as values: the cell's list is the build's --cuda-capabilities)."""
@@ -108,6 +109,7 @@ KERNEL_BUILDER_DEFAULTS = {
 }
 
 
+@pytest.mark.processes
 def test_a_section_on_the_default_list_declares_kernel_builders_default_archs(tmp_path):
     kernel = img2gray_as(
         tmp_path, "gray-default", 'cuda-capabilities = ["7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"]\n', ""
@@ -120,6 +122,7 @@ def test_a_section_on_the_default_list_declares_kernel_builders_default_archs(tm
         assert cuda == "12.6" or next(iter(archs))[0] == "10.0"  # "10.0" before "7.5"
 
 
+@pytest.mark.processes
 def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_path):
     kernel = noarch_kernel(tmp_path, "gray-noarch", '["cpu", "cuda"]', noarch='cuda_capabilities = ["10.0a"]\n')
     cells, gpu = plan(matrix_for(tmp_path, kernel, "9.0"), tmp_path)
@@ -127,6 +130,7 @@ def test_a_python_only_cells_archs_are_its_torch_noarch_cuda_capabilities(tmp_pa
     assert gpu == {}  # its metadata.json says 10.0a: the loader refuses it on sm_90
 
 
+@pytest.mark.processes
 def test_a_python_only_kernel_names_a_backend_once_and_keeps_to_its_cuda_range(tmp_path):
     """kernel-builder's backends are a set, and it builds noarch variants from the build sets
     [general.cuda] leaves: torch-cuda takes the newest torch of a CUDA within the range."""
@@ -147,6 +151,7 @@ def test_a_python_only_kernel_names_a_backend_once_and_keeps_to_its_cuda_range(t
     assert [c["variant"] for c in cells] == ["torch-cpu"]  # no CUDA of the grid is that old
 
 
+@pytest.mark.processes
 def test_gpu_runners_of_a_declared_capability_get_only_the_cells_they_can_run(tmp_path):
     kernel = blackwell_only(tmp_path)
     cells, gpu = plan(matrix_for(tmp_path, kernel, None), tmp_path)
@@ -170,6 +175,7 @@ def test_gpu_runners_of_a_declared_capability_get_only_the_cells_they_can_run(tm
     assert set(gpu) == {c["variant"] for c in cells if c["backend"] == "cuda"}  # img2gray builds 9.0 everywhere
 
 
+@pytest.mark.processes
 def test_a_capability_that_is_not_one_is_refused_at_its_line(tmp_path):
     matrix = matrix_for(tmp_path, KERNEL_DIR, "sm_90")
     result = kernel_matrix("matrix", "--file", str(matrix))
@@ -212,6 +218,7 @@ def a_cuda_variant(tmp_path: Path, archs: list[str]) -> Path:
         (["9.0"], None, False),  # no GPU (--cpu-only hides them): the suite's CPU cases run
     ],
 )
+@pytest.mark.processes
 def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, capability, skipped):
     variant = a_cuda_variant(tmp_path, archs)
     python = a_gpu_host(tmp_path, capability)
@@ -231,6 +238,7 @@ def test_test_skips_a_variant_the_loader_refuses_on_this_gpu(tmp_path, archs, ca
     assert (note in result.stderr) == (capability is None)
 
 
+@pytest.mark.processes
 def test_a_cuda_only_kernel_that_cannot_be_loaded_without_a_gpu_fails_rather_than_passes(tmp_path):
     """No GPU and no cpu backend: the variant is loaded instead of its suite run. Where nothing could
     be loaded (a CPU build of torch here) that is a failure, not a pass; a kernel whose kernel-depends
@@ -260,6 +268,7 @@ def test_a_cuda_only_kernel_that_cannot_be_loaded_without_a_gpu_fails_rather_tha
     assert "not loaded (its kernel-depends come from the Hub" in result.stderr and "suite not run" in result.stderr
 
 
+@pytest.mark.processes
 def test_no_note_where_the_gpus_are_hidden_on_purpose(tmp_path):
     """test-variant --cpu-only hides the GPUs (CUDA_VISIBLE_DEVICES=): its CUDA cases skip, as meant."""
     variant = a_cuda_variant(tmp_path, ["9.0"])
@@ -269,6 +278,7 @@ def test_no_note_where_the_gpus_are_hidden_on_purpose(tmp_path):
     assert result.returncode == 6 and "no GPU" not in result.stderr
 
 
+@pytest.mark.processes
 def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):
     """kernel-builder plans every CUDA version within [general.cuda]'s range and its build
     fails where a section is left no capability (CUDA 12.6 compiles no sm_100a): kernel-matrix
@@ -294,6 +304,7 @@ def test_matrix_warns_of_the_cells_whose_build_will_refuse_a_section(tmp_path):
     assert not any(c["cuda"] == "12.6" for c in cells) and all(c["archs"] for c in cells if c["backend"] == "cuda")
 
 
+@pytest.mark.processes
 def test_the_warning_names_the_maxver_where_the_newest_cuda_versions_refuse_a_section(tmp_path):
     kernel = img2gray_as(
         tmp_path,
@@ -308,6 +319,7 @@ def test_the_warning_names_the_maxver_where_the_newest_cuda_versions_refuse_a_se
     assert all(w.endswith('; general.cuda.maxver = "12.8" leaves them out') for w in warnings)
 
 
+@pytest.mark.processes
 def test_the_warnings_bound_comes_from_the_whole_matrix_not_the_selection(tmp_path):
     """The pr profile plans CUDA 12.6 (refused) and 13.2 for the newest torch of a grid that
     ends at 2.14: the bound that leaves 12.6 out is still 12.8, which the full profile builds."""
@@ -321,6 +333,7 @@ def test_the_warnings_bound_comes_from_the_whole_matrix_not_the_selection(tmp_pa
     assert warnings and all(w.endswith('general.cuda.minver = "12.8" leaves them out') for w in warnings)
 
 
+@pytest.mark.processes
 def test_a_kernel_the_selection_leaves_without_a_cell_is_named(tmp_path):
     img2gray_as(tmp_path, "gray")
     img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nmaxver = "2.12"\n')
@@ -336,6 +349,7 @@ def test_a_kernel_the_selection_leaves_without_a_cell_is_named(tmp_path):
     ]
 
 
+@pytest.mark.processes
 def test_a_family_specific_capability_is_refused_before_cuda_12_9(tmp_path):
     """nvcc 12.8 compiles no sm_100f (family-specific targets came with CUDA 12.9): its cells
     are warned of, and its build refuses the section in one line, not at nvcc's first file."""
@@ -359,6 +373,7 @@ def test_a_family_specific_capability_is_refused_before_cuda_12_9(tmp_path):
     )
 
 
+@pytest.mark.processes
 def test_a_python_only_kernels_archs_are_any_text_as_kernel_builder_copies_them(tmp_path):
     """[torch-noarch] cuda_capabilities are metadata, not compiled for: kernel-builder copies any text
     ("sm_90"), and the loader skips an arch it cannot read, so the variant is tested on the GPU runners."""
@@ -375,6 +390,7 @@ def test_a_python_only_kernels_archs_are_any_text_as_kernel_builder_copies_them(
     ("archs", "capability", "skipped"),
     [(["10.0a"], [9, 0], True), (["9.0"], [9, 0], False), (["9.0"], None, False)],
 )
+@pytest.mark.processes
 def test_an_installed_wheel_is_skipped_where_its_archs_do_not_run(tmp_path, archs, capability, skipped):
     """A wheel ships metadata.json beside its library: `test --installed` reads it from the
     package as installed in --python's environment, and checks the GPU there as for a variant."""
@@ -392,6 +408,7 @@ def test_an_installed_wheel_is_skipped_where_its_archs_do_not_run(tmp_path, arch
         assert ("no GPU that this torch can use" in result.stderr) == (capability is None)
 
 
+@pytest.mark.processes
 def test_an_arch_without_gpu_runners_releases_its_cuda_cells_tested_on_cpus(tmp_path):
     """gpu-test-runner: [] (no GPU runner): no GPU job for that arch's CUDA cells, which the build and
     CPU test jobs still take (publish then does not wait for GPU tests), and `matrix` warns at the key."""

@@ -2,6 +2,7 @@
 
 import subprocess
 
+import pytest
 from conftest import kernel_matrix, matrix_text
 
 KEPT_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
@@ -48,6 +49,7 @@ def _all_files(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
 
 
+@pytest.mark.processes
 def test_dry_run_lists_and_removes_nothing(tmp_path):
     project, _ = _project(tmp_path)
     before = _all_files(project)
@@ -69,6 +71,7 @@ def test_dry_run_lists_and_removes_nothing(tmp_path):
     assert _all_files(project) == before
 
 
+@pytest.mark.processes
 def test_clean_removes_artifacts_only(tmp_path):
     project, outside = _project(tmp_path)
     sources = [f"kernel/{name}" for name in _all_files(project / "kernel")]  # the matrix's kernel
@@ -89,6 +92,7 @@ def test_clean_removes_artifacts_only(tmp_path):
     assert (outside / "keep.pyc").is_file() and (project / "src" / "link").is_symlink()
 
 
+@pytest.mark.processes
 def test_clean_with_kernel_dir_knows_the_variants_of_that_kernel(tmp_path):
     """`build --kernel-dir K` from a project without a matrix file: `clean --kernel-dir K` there
     keeps K's variants (of the default matrix) and removes the others."""

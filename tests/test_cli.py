@@ -11,6 +11,7 @@ from kernel_matrix.errors import ExitCode
 COMMANDS = ["matrix", "build", "wheels", "test", "check-abi", "publish", "clean", "shell"]
 
 
+@pytest.mark.processes
 def test_top_level_help_lists_every_command():
     result = kernel_matrix("--help")
     assert result.returncode == 0
@@ -27,6 +28,7 @@ def _every_command() -> list[str]:
 
 
 @pytest.mark.parametrize("command", _every_command())
+@pytest.mark.processes
 def test_every_command_has_help(command):
     result = kernel_matrix(command, "--help")
     assert result.returncode == 0, result.stderr
@@ -43,6 +45,7 @@ def test_exit_codes_are_distinct():
     assert len(set(codes)) == len(ExitCode.__members__)
 
 
+@pytest.mark.processes
 def test_a_missing_torch_is_a_toolchain_error(tmp_path):
     import sys
     import venv
@@ -67,6 +70,7 @@ def test_test_with_a_python_that_does_not_exist_is_one_line(built, tmp_path):
 @pytest.mark.parametrize(
     "command", [["build", "--variant", "torch214-cxx11-cpu-x86_64-linux"], ["wheels"], ["shell", "x"]]
 )
+@pytest.mark.processes
 def test_a_misspelt_image_kind_is_refused_naming_the_choices(command):
     # It used to build with the offline image: anything but "official" was taken as offline.
     result = kernel_matrix(*command, "--image", "oficial")
@@ -75,6 +79,7 @@ def test_a_misspelt_image_kind_is_refused_naming_the_choices(command):
     assert "'oficial' is not one of 'official', 'offline'" in line
 
 
+@pytest.mark.processes
 def test_the_cli_starts_without_the_host_only_packages():
     """Build containers run `python -m kernel_matrix build` in the builder's venv, which has neither
     kernel-abi-check nor huggingface_hub nor docker: importing the CLI must not need them."""
@@ -94,6 +99,7 @@ def test_the_cli_starts_without_the_host_only_packages():
     assert "--kernel-dir" in result.stdout
 
 
+@pytest.mark.processes
 def test_check_abi_passes_a_python_only_variant_and_refuses_a_compiled_one_without_a_library(tmp_path):
     """kernel-builder checks the ABI of compiled variants only: a noarch variant (torch-<backend>)
     has no library and nothing to check; a compiled variant without one is broken."""
@@ -123,6 +129,7 @@ def test_check_abi_without_a_variant_checks_this_hosts_as_test_does(built, tmp_p
         assert "--backend" not in result.stderr  # check-abi has no such option
 
 
+@pytest.mark.processes
 def test_wheels_of_a_python_only_kernel_say_there_are_none_to_make(tmp_path):
     from conftest import noarch_kernel
 
@@ -135,6 +142,7 @@ def test_wheels_of_a_python_only_kernel_say_there_are_none_to_make(tmp_path):
     )
 
 
+@pytest.mark.processes
 def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(tmp_path):
     from conftest import img2gray_as
 
@@ -150,6 +158,7 @@ def test_test_names_the_kernel_without_tests_and_a_test_folder_it_does_not_read(
     )
 
 
+@pytest.mark.processes
 def test_test_names_the_built_variants_where_this_hosts_is_not_built(tmp_path):
     """`test` with no VARIANT tests the variant `build` makes here; where only another is built
     (`build --backend cpu` on a CUDA host), the line names it and how to test it, not only
@@ -194,6 +203,7 @@ def _cuda_is_this_hosts_variant() -> bool:
 @pytest.mark.skipif(
     not _cuda_is_this_hosts_variant(), reason="this host's variant is the CPU one (no CUDA torch or nvcc)"
 )
+@pytest.mark.processes
 def test_test_on_a_cuda_host_with_only_the_cpu_variant_built_says_so(tmp_path):
     """The tester's case: `build --backend cpu` on a host whose torch has CUDA, then `test`."""
     from kernel_matrix.building.native_build import plan_build
@@ -211,6 +221,7 @@ def test_test_on_a_cuda_host_with_only_the_cpu_variant_built_says_so(tmp_path):
     ]
 
 
+@pytest.mark.processes
 def test_help_prints_bracketed_text_as_written():
     """Help text names build.toml tables ([general.hub]); rich markup would take them for styles
     and drop them. Every bracketed word of a command's help and options shows in its --help."""
@@ -234,6 +245,7 @@ def test_help_prints_bracketed_text_as_written():
     assert checked  # publish names [general.hub]
 
 
+@pytest.mark.processes
 def test_an_unknown_variant_of_the_default_matrix_names_that_matrix(tmp_path):
     """A kernel folder without build_matrix.yaml reads the default matrix: the line says so,
     not a build_matrix.yaml that is not there."""
@@ -244,6 +256,7 @@ def test_an_unknown_variant_of_the_default_matrix_names_that_matrix(tmp_path):
     ), result.stderr
 
 
+@pytest.mark.processes  # Python started by bash
 def test_a_closed_stdout_is_written_to_by_no_one(tmp_path):
     """`kernel-matrix matrix >&-`: Python starts with sys.stdout None. The command runs and
     exits as its work did (it stopped at import with a traceback before)."""

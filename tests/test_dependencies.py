@@ -47,6 +47,7 @@ def cutlass_3_8(tmp_path_factory) -> Path:
     return dependencies.fetch(dependencies.pins()["cutlass_3_8"], tmp_path_factory.mktemp("cache"))
 
 
+@pytest.mark.processes
 def test_a_pypi_pin_is_fetched_checked_and_laid_out_as_kernel_builder_does(cutlass_3_8, capsys):
     pin = dependencies.pins()["cutlass_3_8"]
     assert cutlass_3_8.name == f"cutlass_3_8-{pin.digest[:16]}"
@@ -213,6 +214,7 @@ def test_every_compile_sees_every_sections_dependencies_the_binding_too(kernel_c
     assert "cutlass_4_0" in json.dumps(provenance)
 
 
+@pytest.mark.processes
 def test_a_dependency_that_cannot_be_fetched_is_one_line_exit_4(tmp_path):
     """relu, with a CPU section that depends on cutlass_4_0 (an archive pin), on a
     host that reaches nothing (a proxy on a closed port): exit 4, one line."""

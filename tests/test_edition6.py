@@ -60,6 +60,7 @@ def test_our_kernels_in_edition_6_are_their_edition_5_twins(tmp_path, monkeypatc
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_a_misspelled_key_in_an_edition_6_section_is_one_line_at_its_place(tmp_path):
     kernel = edition_6_copy(COMMUNITY / "relu", tmp_path / "relu")
     toml = kernel / "build.toml"

@@ -40,6 +40,7 @@ def test_the_docs_table_names_every_exit_code():
         ([ExitCode.NOTHING_TO_DO, ExitCode.TOOLCHAIN], ExitCode.TEST, ExitCode.TEST),
     ],
 )
+@pytest.mark.processes
 def test_several_failures_fold_to_the_code_they_share_else_the_commands(codes, mixed, folded):
     assert shared_exit_code(codes, mixed) is folded
     # The shell programs' way to the same rule (test-variant's batch): any python3, isolated.
@@ -99,6 +100,7 @@ def test_an_outcome_that_is_a_link_or_fifo_is_not_read(tmp_path):
     assert reported_failure(link, 7) is ExitCode.BUILD and reported_failure(fifo, 7) is ExitCode.BUILD
 
 
+@pytest.mark.processes
 def test_the_worker_writes_its_code_beside_its_logs(tmp_path):
     """The container's entry point, on this host: a request for a kernel folder that is not there is
     bad input (2), written as the outcome the host reads."""
@@ -148,6 +150,7 @@ def fake_engine(monkeypatch):
     monkeypatch.setattr(container_build, "connect", lambda: engine)
 
 
+@pytest.mark.processes
 def test_cells_of_another_arch_are_bad_input_not_a_missing_engine(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
@@ -174,6 +177,7 @@ def test_cells_of_another_arch_are_bad_input_not_a_missing_engine(monkeypatch, t
         (["abi", "build"], ExitCode.BUILD),  # mixed: the command's own
     ],
 )
+@pytest.mark.processes
 def test_wheels_exit_with_the_code_their_failures_share(monkeypatch, tmp_path, errors, code):
     from typer.testing import CliRunner
 
@@ -220,6 +224,7 @@ def test_a_test_variant_batch_exits_with_the_code_its_failures_share(tmp_path, b
     assert result.stderr.rstrip().endswith("error: 2 of 2 variants failed: a b")
 
 
+@pytest.mark.processes
 def test_kernel_matrix_test_variant_folds_a_batch_with_its_own_python(tmp_path):
     """Through the command the workflows run: its interpreter combines the codes, none on PATH needed."""
     env = {**os.environ, "PATH": "/usr/bin:/bin", "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9"}

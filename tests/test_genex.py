@@ -124,6 +124,7 @@ def test_flags_mean_what_a_real_cmake_makes_of_them(tmp_path):
         assert expand(flags, gxx) == cmake, flags
 
 
+@pytest.mark.processes
 def test_an_unevaluable_flag_is_refused_where_build_toml_says_it(tmp_path):
     """img2gray's two sections both get the flag: a line each, at each section's cxx-flags."""
     kernel = img2gray_as(tmp_path, "gray", 'cxx-flags = ["-ffp-contract=off"]\n', 'cxx-flags = ["$<TARGET_FILE:x>"]\n')
@@ -171,6 +172,7 @@ def test_a_kernel_with_compiler_conditional_flags_builds_as_with_kernel_builder(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.processes
 def test_an_expression_only_this_build_meets_is_one_line_at_build_time(tmp_path):
     """The load check evaluates the builds kernel-matrix makes in general; a branch taken for
     this host's exact g++ is evaluated when this host builds, and refused there in one line."""

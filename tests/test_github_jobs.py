@@ -74,6 +74,7 @@ def test_the_gpu_jobs_are_the_jobs_narrowed_to_the_cells_the_gpu_runners_test():
     assert {entry["job"] for entry in gpu} <= {job.name for job in jobs}  # their artifacts are the build jobs'
 
 
+@pytest.mark.processes
 def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     """400 cells of one kernel: `matrix --json` lists every cell, the job matrix holds 200 jobs of two, and
     the plan says so."""
@@ -109,6 +110,7 @@ def test_the_plan_command_batches_a_matrix_over_the_limit(tmp_path):
     assert outputs["images"] == ""
 
 
+@pytest.mark.processes
 def test_variant_takes_a_jobs_list_of_names():
     """A batch's `variants` (A,B) is what --variant takes, as `build` and `wheels` read it in the job."""
     cells = cli_matrix("pr")["include"]

@@ -226,6 +226,7 @@ def test_model_files_have_no_url_prefix(api, hub, tmp_path):
     assert any(r.path == f"/{ORG}/tiny/resolve/main/config.json" for r in hub.requests)
 
 
+@pytest.mark.processes
 def test_the_env_route_in_a_fresh_process(api, hub, tmp_path):
     """How the kernels loader meets the server: HF_ENDPOINT is read when huggingface_hub is imported."""
     expected = publish_v1(api, tmp_path / "src")

@@ -102,6 +102,7 @@ def test_the_release_is_this_version_or_this_is_a_development_version_after_it()
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_a_kernels_folder_without_a_matrix_gets_the_default(relu, tmp_path):
     got = cells("--profile", "pr", cwd=relu)
     explicit = tmp_path / "explicit.yaml"
@@ -113,6 +114,7 @@ def test_a_kernels_folder_without_a_matrix_gets_the_default(relu, tmp_path):
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_a_matrix_file_in_the_folder_or_file_overrides_the_default(relu, tmp_path):
     narrow = DEFAULT.read_text()
     for minor in ("2.11", "2.12", "2.13", "2.15"):
@@ -131,6 +133,7 @@ def test_a_matrix_file_in_the_folder_or_file_overrides_the_default(relu, tmp_pat
     )
 
 
+@pytest.mark.processes
 def test_a_folder_without_matrix_or_build_toml_says_how_to_get_one(tmp_path):
     result = kernel_matrix("matrix", cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
@@ -171,6 +174,7 @@ def without_release_note(stderr: str) -> str:
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_writes_a_matrix_and_a_pinned_caller(relu, github):
     """By default, the release's commit, checked on GitHub: `uses:` and the kernel-matrix every job
     installs name that one commit (from git, never a package name), with its version beside it."""
@@ -221,6 +225,7 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu, github):
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu, github):
     """At a pin that has reusable-upstream.yml: a file of its own (GitHub disables a public repository's
     scheduled workflows after 60 days without activity, and the build must not go with it), daily at a
@@ -253,6 +258,7 @@ def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu, github)
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_limits_torch_to_the_build_toml_range(relu):
     toml = relu / "build.toml"
     toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nminver = "2.12"\nmaxver = "2.13"\n'))
@@ -260,6 +266,7 @@ def test_init_limits_torch_to_the_build_toml_range(relu):
     assert list(yaml.safe_load((relu / "build_matrix.yaml").read_text())["torch"]) == ["2.12", "2.13"]
 
 
+@pytest.mark.processes
 def test_init_names_a_flakes_torch_versions_limit_which_it_does_not_read(tmp_path):
     # quantization-gptq's flake keeps x86_64 only (its build.toml compiles with -mavx512f).
     kernel = img2gray_as(tmp_path, "gptq-like")
@@ -284,6 +291,7 @@ def test_init_names_a_flakes_torch_versions_limit_which_it_does_not_read(tmp_pat
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_refuses_a_range_outside_the_grid(relu):
     toml = relu / "build.toml"
     toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nminver = "3.0"\n'))
@@ -293,6 +301,7 @@ def test_init_refuses_a_range_outside_the_grid(relu):
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_lists_the_kernel_folders_of_a_repository(tmp_path):
     repo = tmp_path / "kernels"
     shutil.copytree(RELU, repo / "relu")
@@ -304,6 +313,7 @@ def test_init_lists_the_kernel_folders_of_a_repository(tmp_path):
     assert any(c.endswith("-cpu-x86_64-linux") for c in cells("--kernel", "relu", cwd=repo))
 
 
+@pytest.mark.processes
 def test_init_of_a_repository_of_many_kernels_says_its_full_profile_runs_in_batches(tmp_path):
     """A repository of 56 kernels planned 835 cells for every push, more than GitHub runs jobs of
     one matrix: init writes its files and says how the pushes' jobs batch them."""
@@ -319,6 +329,7 @@ def test_init_of_a_repository_of_many_kernels_says_its_full_profile_runs_in_batc
     assert f"at most {GITHUB_MATRIX_LIMIT} jobs" in note
 
 
+@pytest.mark.processes
 def test_init_leaves_out_the_kernels_it_cannot_build_and_says_why(tmp_path):
     """A repository's kernels that kernel-matrix refuses (a build.toml of two frameworks) or
     builds no variant of (Metal only) are left out, a line each; the others, a [tvm-ffi]
@@ -353,6 +364,7 @@ def test_init_leaves_out_the_kernels_it_cannot_build_and_says_why(tmp_path):
     assert [line.split(":")[1].strip() for line in result.stderr.splitlines()[1:]] == ["gray-metal", "gray-two"]
 
 
+@pytest.mark.processes
 def test_init_leaves_out_a_second_kernel_of_one_name_and_one_outside_the_grid(tmp_path):
     """huggingface/kernel-builder's examples: two folders named relu (a matrix holds one), and
     one whose [torch] range allows no torch of the grid. A kernel of its own folder that init
@@ -374,6 +386,7 @@ def test_init_leaves_out_a_second_kernel_of_one_name_and_one_outside_the_grid(tm
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.processes
 def test_matrix_names_a_kernel_of_the_matrix_it_builds_no_variant_of(tmp_path):
     img2gray_as(tmp_path, "gray")
     img2gray_as(tmp_path, "gray-metal", 'backends = ["cpu", "cuda"]', 'backends = ["metal"]')
@@ -397,6 +410,7 @@ def test_matrix_names_a_kernel_of_the_matrix_it_builds_no_variant_of(tmp_path):
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_never_overwrites(relu):
     (relu / WORKFLOW).parent.mkdir(parents=True)
     (relu / WORKFLOW).write_text("mine\n")
@@ -406,6 +420,7 @@ def test_init_never_overwrites(relu):
     assert not (relu / "build_matrix.yaml").exists() and (relu / WORKFLOW).read_text() == "mine\n"
 
 
+@pytest.mark.processes
 def test_init_refuses_a_folder_without_kernels_and_bad_options(tmp_path):
     for args, expected in [
         ((), "holds no build.toml"),
@@ -425,6 +440,7 @@ def remove_written(repository: Path) -> None:
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_takes_another_repository_and_a_tag_which_it_pins_by_its_commit(relu, github, tmp_path):
     """--repository and a --ref that is a tag: what the caller runs is the commit the tag names now (a tag
     can be moved), said in one line; uses: and the install name that commit, in that repository."""
@@ -448,6 +464,7 @@ def test_init_takes_another_repository_and_a_tag_which_it_pins_by_its_commit(rel
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_init_builds_pushes_to_the_branch_checked_out(relu):
     subprocess.run(["git", "init", "-q", "-b", "master", str(relu)], check=True)
     result = init(cwd=relu)
@@ -480,6 +497,7 @@ def tool(name: str) -> str:
 
 @needs_corpus
 @pytest.mark.parametrize("pin", ["release", "a later commit"])
+@pytest.mark.processes
 def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call(relu, pin, github):
     """Each written workflow lints clean, also against the reusable workflows it calls as they are at its
     pin: the release's commit (so a caller never names a workflow or input its release lacks), or, for
@@ -530,6 +548,7 @@ def test_the_written_workflows_pass_actionlint_and_zizmor_against_what_they_call
         assert result.returncode == 0 and "No findings to report" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.processes
 def test_init_names_the_kernels_it_does_not_look_at(tmp_path):
     """A kernel at the root with kernels below it, and a kernel deeper than init searches: each is
     named in a line, not skipped without a word; the root kernel's note says how to build both."""
@@ -562,6 +581,7 @@ def test_init_names_the_kernels_it_does_not_look_at(tmp_path):
     ]
 
 
+@pytest.mark.processes
 def test_init_of_a_root_kernel_it_cannot_build_names_the_kernels_below(tmp_path):
     root = img2gray_as(tmp_path, "gray-old", "[torch]\n", '[torch]\nminver = "2.9"\nmaxver = "2.9"\n')
     img2gray_as(root / "kernels", "gray")
@@ -572,6 +592,7 @@ def test_init_of_a_root_kernel_it_cannot_build_names_the_kernels_below(tmp_path)
     )
 
 
+@pytest.mark.processes
 def test_init_finishes_when_its_reader_stops_reading(tmp_path):
     """`kernel-matrix init | head -1`: the reader leaves after one line. init still writes both
     files and exits 0, saying nothing (Python and click would stop at the next write, exit 1)."""

@@ -55,6 +55,7 @@ def pins(kernel: Path) -> set[tuple[str, str]]:
     return found
 
 
+@pytest.mark.processes
 def test_a_branch_is_pinned_by_the_commit_it_names_now(kernel, github):
     result = kernel_matrix("init", "--ref", "main", cwd=kernel)
     assert result.returncode == 0, result.stderr
@@ -74,12 +75,14 @@ def test_a_branch_is_pinned_by_the_commit_it_names_now(kernel, github):
     assert f"@{github.head}  # v{package.__version__}\n" in (kernel / WORKFLOW).read_text()
 
 
+@pytest.mark.processes
 def test_a_commit_the_repository_does_not_hold_is_refused(kernel):
     unknown = "1234567890abcdef" * 2 + "12345678"
     line = refused(kernel_matrix("init", "--ref", unknown, cwd=kernel), 2, kernel)
     assert line == f"--ref {unknown}: {RELEASE['repository']} has no commit {unknown}"
 
 
+@pytest.mark.processes
 def test_a_commit_on_no_branch_or_tag_is_refused(kernel, github):
     """A fork's commit, which GitHub serves under the parent's name too (here under refs/pull/, as
     GitHub keeps a pull request's head): pinned, it would run the fork's code as kernel-matrix's."""
@@ -95,6 +98,7 @@ def test_a_commit_on_no_branch_or_tag_is_refused(kernel, github):
     assert kernel_matrix("init", "--ref", merged, cwd=kernel).returncode == 0
 
 
+@pytest.mark.processes
 def test_a_commit_without_the_reusable_workflow_is_refused(kernel, github):
     empty = git("hash-object", "-t", "tree", "-w", "--stdin", cwd=github.bare)  # the empty tree
     bare = git("commit-tree", empty, "-m", "not kernel-matrix", cwd=github.bare)
@@ -106,6 +110,7 @@ def test_a_commit_without_the_reusable_workflow_is_refused(kernel, github):
     )
 
 
+@pytest.mark.processes
 def test_a_name_that_is_no_branch_or_tag_and_one_that_is_both_are_refused(kernel, github):
     line = refused(kernel_matrix("init", "--ref", "no-such-branch", cwd=kernel), 2, kernel)
     assert line == (
@@ -122,6 +127,7 @@ def test_a_name_that_is_no_branch_or_tag_and_one_that_is_both_are_refused(kernel
     assert all(uses.endswith(f"@{other}") for uses, _ in pins(kernel))
 
 
+@pytest.mark.processes
 def test_a_repository_github_does_not_have_is_refused(kernel, github, tmp_path):
     github.serve("me/nothing", tmp_path / "nothing.git")  # no repository there
     line = refused(kernel_matrix("init", "--repository", "me/nothing", "--ref", github.head, cwd=kernel), 2, kernel)
@@ -134,6 +140,7 @@ def closed_port() -> int:
         return int(listener.getsockname()[1])  # closed again on return: nothing listens there
 
 
+@pytest.mark.processes
 def test_without_github_init_writes_nothing_and_says_what_to_do(kernel, github, tmp_path, monkeypatch):
     """No network: exit 9, one line naming --ref (here the release's default) and what to do. GitHub
     is a loopback port nothing listens on."""
@@ -152,6 +159,7 @@ def test_without_github_init_writes_nothing_and_says_what_to_do(kernel, github, 
     assert line.startswith(f"--ref {github.head}: cannot reach ")
 
 
+@pytest.mark.processes
 def test_the_release_pinned_by_default_is_checked_on_github(kernel, github, tmp_path, monkeypatch):
     """The release's commit is checked as any --ref: a GitHub repository without it is refused."""
     github.needs_release()

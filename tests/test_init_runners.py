@@ -71,6 +71,7 @@ def test_the_default_build_runners_are_github_hosted():
     assert all(is_github_hosted(labels) for labels in HOSTED.values())
 
 
+@pytest.mark.processes
 def test_init_names_no_gpu_runner_by_default(tmp_path, github):
     """A fresh repository has no self-hosted GPU runner: the CUDA cells get no GPU job (the old default named
     self-hosted x64 and arm64 GPU labels, whose jobs waited for ever, and publish with them)."""
@@ -87,6 +88,7 @@ def test_init_names_no_gpu_runner_by_default(tmp_path, github):
     assert "--gpu-runner x86_64=LABEL,..." in result.stdout
 
 
+@pytest.mark.processes
 def test_init_writes_the_gpu_runners_it_is_given(tmp_path, github):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     result = init("--gpu-runner", "x86_64=self-hosted,linux,x64,h100", cwd=kernel, github=github)
@@ -114,6 +116,7 @@ def test_init_writes_the_gpu_runners_it_is_given(tmp_path, github):
         ("aarch64=ubuntu-24.04-arm", "ubuntu-24.04-arm is a GitHub-hosted runner, which has no GPU"),
     ],
 )
+@pytest.mark.processes
 def test_init_refuses_a_gpu_runner_it_cannot_write(tmp_path, github, value, expected):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     result = init("--gpu-runner", value, cwd=kernel, github=github)
@@ -122,12 +125,14 @@ def test_init_refuses_a_gpu_runner_it_cannot_write(tmp_path, github, value, expe
     assert list(kernel.glob("build_matrix.yaml")) == [] and not (kernel / ".github").exists()
 
 
+@pytest.mark.processes
 def test_init_refuses_an_arch_given_twice(tmp_path, github):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     result = init("--gpu-runner", "x86_64=a", "--gpu-runner", "x86_64=b", cwd=kernel, github=github)
     assert result.returncode == 2 and "x86_64 given twice" in result.stderr and result.stderr.count("\n") == 1
 
 
+@pytest.mark.processes
 def test_init_writes_the_exclude_an_x86_only_flag_needs(tmp_path, github):
     """A CPU section compiled with -mavx2 cannot compile on aarch64 (gcc there refuses it): init writes
     the exclude of that kernel's aarch64 CPU cells into the matrix (it only printed advice), and says
@@ -152,6 +157,7 @@ def test_init_writes_the_exclude_an_x86_only_flag_needs(tmp_path, github):
     assert {("gray-avx", "aarch64", "cuda"), ("gray-avx", "x86_64", "cpu"), ("gray", "aarch64", "cpu")} <= kept
 
 
+@pytest.mark.processes
 def test_init_names_the_hub_repositories_it_publishes_to(tmp_path, github):
     repository = tmp_path / "repository"
     img2gray_as(repository, "gray")
@@ -172,6 +178,7 @@ CORPUS_KERNELS = sorted(p.parent for p in CORPUS.glob("*/*/build.toml")) if CORP
 
 @needs_corpus
 @pytest.mark.parametrize("source", CORPUS_KERNELS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.processes
 def test_no_job_of_a_corpus_kernel_targets_a_runner_its_author_did_not_give(source, tmp_path, github):
     """Issue 35's acceptance: each corpus kernel in a fresh git repository of its own, init with one GPU
     runner given (x86_64's), then the plan: every job runs on a GitHub-hosted build runner of its arch,
@@ -195,6 +202,7 @@ def test_no_job_of_a_corpus_kernel_targets_a_runner_its_author_did_not_give(sour
     reason="release 0.1.0, which data/release.yaml pins, refuses gpu-test-runner: [] (accepted since 3977932): "
     "cut a release and point release.yaml at it; then this passes and the marker goes",
 )
+@pytest.mark.processes
 def test_the_release_pinned_by_default_plans_the_matrix_init_writes(tmp_path, github):
     """What init writes by default runs on what it pins by default: the plan job of the release's own
     kernel-matrix (its package at the commit, imported from an archive of it) reads the written matrix."""

@@ -77,11 +77,13 @@ def actionlint(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.processes
 def test_actionlint_finds_nothing():
     result = actionlint()
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
+@pytest.mark.processes
 def test_actionlint_catches_mistakes(tmp_path):
     workflow = tmp_path / ".github" / "workflows" / "bad.yml"
     workflow.parent.mkdir(parents=True)

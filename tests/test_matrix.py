@@ -98,6 +98,7 @@ def test_bad_selections_are_one_clear_error(kwargs, message):
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
+@pytest.mark.processes
 def test_cli_json_is_the_github_matrix():
     result = kernel_matrix("matrix", "--json", "--profile", "pr")
     assert result.returncode == 0, result.stderr
@@ -105,6 +106,7 @@ def test_cli_json_is_the_github_matrix():
     assert data == cli_matrix("pr")
 
 
+@pytest.mark.processes
 def test_cli_table_lists_the_cells():
     result = kernel_matrix("matrix", "--only", "torch=2.11,arch=x86_64")
     assert result.returncode == 0, result.stderr

@@ -165,6 +165,7 @@ def test_every_problem_gets_its_own_line(tmp_path):
     assert len(lines) == 2 and ":2:" in lines[0] and ":3:" in lines[1]
 
 
+@pytest.mark.processes
 def test_the_cli_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path):
     path = tmp_path / "build_matrix.yaml"
     path.write_text(GOOD + "cpu: maybe\nimage: docker\n")
@@ -175,6 +176,7 @@ def test_the_cli_exits_2_with_one_line_per_problem_and_no_traceback(tmp_path):
     assert len(lines) == 2 and all(ln.startswith(f"error: {path}:") for ln in lines)
 
 
+@pytest.mark.processes
 def test_a_missing_file_is_one_line(tmp_path):
     result = kernel_matrix("matrix", "--file", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "cannot read the matrix file" in result.stderr
@@ -187,6 +189,7 @@ def test_unquoted_versions_keep_their_text(tmp_path):
     assert {c.variant.torch for c in load_matrix(path).cells} == {"2.10"}
 
 
+@pytest.mark.processes
 def test_cells_the_loader_would_not_load_are_warnings_not_errors(tmp_path):
     path = tmp_path / "build_matrix.yaml"
     path.write_text('torch:\n  "10.1": all\n' + RUNNERS + 'torch-releases:\n  "10.1": {pypi: "13.0", cuda: ["13.0"]}\n')

@@ -17,6 +17,7 @@ from conftest import COMMUNITY, REPO, needs_corpus
 import kernel_matrix
 
 
+@pytest.mark.processes
 def test_the_package_ships_every_file_it_reads(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
@@ -104,6 +105,7 @@ def release_build(checkout: Path, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(["scripts/release-build", *argv], cwd=checkout, env=env, capture_output=True, text=True)
 
 
+@pytest.mark.processes
 def test_the_release_build_makes_the_sdist_and_wheel_of_a_tagged_release(tmp_path):
     checkout, _ = release_checkout(tmp_path, "9.8.7")
     result = release_build(checkout, "v9.8.7")
@@ -209,6 +211,7 @@ def sh(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
 
 
 @needs_corpus
+@pytest.mark.processes
 def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path):
     """README's three lines, verbatim, in a git repository holding relu as published
     (with a remote to push to); then the installed kernel-matrix, from that folder,

@@ -4,6 +4,8 @@ once all have), with the steps done of all and the slowest compile so far."""
 import sys
 import time
 
+import pytest
+
 from kernel_matrix.building.compile import Progress, Step, run_steps
 
 
@@ -13,6 +15,7 @@ def _step(tmp_path, name: str, seconds: float) -> Step:
     return Step(f"compile {name}.cu", [sys.executable, "-c", code], output, compilers=(sys.executable,))
 
 
+@pytest.mark.processes
 def test_each_step_is_reported_as_it_ends_with_the_count_and_the_slowest(tmp_path):
     slow, fast = _step(tmp_path, "slow", 2.0), _step(tmp_path, "fast", 0.1)
     link = Step("link k.so", [sys.executable, "-c", "pass"], tmp_path / "k.so")

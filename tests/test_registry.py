@@ -130,6 +130,7 @@ def test_an_earlier_runs_image_is_taken_by_recipe_only_where_its_label_is_that_r
     assert not images.present(engine, moved)
 
 
+@pytest.mark.processes
 def test_a_builders_tag_is_known_before_anything_is_made(monkeypatch, tmp_path):
     """What lets one machine's builder serve another's: the tag names the recipe, and nothing
     is made (not even the offline base) where the tag is fetched."""
@@ -163,6 +164,7 @@ def _cells():
     return resolve(selection_of(REPO / "build_matrix.yaml", "full")).cells
 
 
+@pytest.mark.processes
 def test_a_list_that_is_not_builder_images_is_one_line(tmp_path):
     bad = tmp_path / "images.json"
     for text, why in [

@@ -97,6 +97,7 @@ def test_each_kernel_gets_the_cells_its_build_toml_allows(project):
     assert len({job.name for job in jobs}) == len(jobs) == len(json_cells)
 
 
+@pytest.mark.processes
 def test_an_exclude_can_name_one_kernel(project):
     """`exclude: [{kernel: gray-cpu, arch: aarch64}]` drops those cells of gray-cpu only (a kernel
     whose flake builds x86_64 only); a name that is no kernel of the matrix is refused at its line."""
@@ -122,6 +123,7 @@ def test_an_exclude_can_name_one_kernel(project):
     assert result.returncode == ExitCode.CONFIG and "exclude.0 matches no cell of gray-cpu" in result.stderr
 
 
+@pytest.mark.processes
 def test_kernel_picks_kernels_and_names_the_choices(project):
     file = str(project / "build_matrix.yaml")
     result = kernel_matrix("matrix", "--json", "-f", file, "--kernel", "pure", "--kernel", "gray-cpu")
@@ -141,6 +143,7 @@ def test_kernel_picks_kernels_and_names_the_choices(project):
         (["pure", "pure"], "a second kernel named 'pure'", 6),
     ],
 )
+@pytest.mark.processes
 def test_bad_kernel_lists_are_one_line_naming_the_file_and_line(project, kernels, message, line):
     path = write_matrix(project, kernels)
     result = kernel_matrix("matrix", "-f", str(path))
@@ -148,6 +151,7 @@ def test_bad_kernel_lists_are_one_line_naming_the_file_and_line(project, kernels
     assert result.stderr.startswith(f"error: {path}:{line}:") and message in result.stderr
 
 
+@pytest.mark.processes
 def test_kernel_and_kernels_together_are_refused(project):
     path = write_matrix(project, ["pure"])
     path.write_text(path.read_text() + "kernel: pure\n")
@@ -155,6 +159,7 @@ def test_kernel_and_kernels_together_are_refused(project):
     assert result.returncode == ExitCode.CONFIG and "`kernel`" in result.stderr and "not both" in result.stderr
 
 
+@pytest.mark.processes
 def test_a_kernel_only_for_backends_kernel_matrix_cannot_build_is_named_in_one_line(project):
     # A ROCm-only compiled kernel (kernels-community has several): read and understood, with no cell to build.
     toml = project / "gray-cpu" / "build.toml"
@@ -172,6 +177,7 @@ def fake_variant(folder, name="torch214-cxx11-cpu-x86_64-linux"):
     return folder / name
 
 
+@pytest.mark.processes
 def test_check_abi_takes_kernel_and_finds_the_variant_in_the_kernels_build_folder(project):
     """check-abi VARIANT --kernel NAME looks in build/<kernel>/<variant>, where build puts a matrix of several
     kernels' variants (it had no --kernel and looked in build/<variant> only)."""
@@ -203,6 +209,7 @@ def test_check_abi_takes_kernel_and_finds_the_variant_in_the_kernels_build_folde
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.processes
 def test_check_abi_without_kernel_checks_the_variant_of_every_kernel_that_built_it(project):
     from conftest import noarch_kernel
 
@@ -286,6 +293,7 @@ def test_native_build_test_clean_and_publish_of_two_kernels(tmp_path):
         assert result.returncode == ExitCode.CONFIG and "--kernel NAME" in result.stderr
 
 
+@pytest.mark.processes
 def test_a_selection_of_many_kernels_over_the_github_limit_runs_in_batches_of_one_kernel(tmp_path):
     """GitHub runs at most 256 jobs of one matrix, and a repository of many kernels has more cells
     (one of 56 kernels had 835, and its workflow's first matrix job failed): the plan's jobs batch

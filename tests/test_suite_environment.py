@@ -133,6 +133,7 @@ def test_the_environment_has_its_own_home_and_no_token(tmp_path):
 # --- what `test` needs in the tests' Python (issue 35 item 4) --------------------------------
 
 
+@pytest.mark.processes
 def test_a_python_without_pytest_is_a_missing_tool_not_a_failed_suite(tmp_path):
     kernel = python_only_kernel(tmp_path, "pure", {"test_pure.py": "def test_pure():\n    pass\n"})
     variant = python_only_variant(tmp_path / "build", "pure")
@@ -153,6 +154,7 @@ def test_readme_names_everything_test_needs():
     assert all(f"`{module}`" in requirements for module in SUITE_NEEDS), requirements
 
 
+@pytest.mark.processes
 def test_several_kernels_whose_suites_failed_exit_6(tmp_path):
     """Every kernel's suite failed: the code they share (6), not 5, "a compile failed"."""
     failing = {"test_fails.py": "def test_fails():\n    assert False\n"}
@@ -174,6 +176,7 @@ ON_CPU = "import torch\n\n\ndef test_on_cpu():\n    assert torch.ones(2).sum().i
 NEEDS_CUDA = "import torch\n\n\ndef test_needs_cuda():\n    assert torch.zeros(2, device='cuda').sum().item() == 0\n"
 
 
+@pytest.mark.processes
 def test_a_suite_that_only_asks_for_cuda_is_not_run_on_cpu_and_the_variant_is_loaded(tmp_path):
     kernel = python_only_kernel(tmp_path, "pure", {"test_gpu.py": NEEDS_CUDA})
     variant = python_only_variant(tmp_path / "build", "pure")
@@ -190,6 +193,7 @@ def test_a_suite_that_only_asks_for_cuda_is_not_run_on_cpu_and_the_variant_is_lo
     assert result.returncode == ExitCode.TEST and "RuntimeError: broken on import" in result.stderr, result.stderr
 
 
+@pytest.mark.processes
 def test_cpu_cases_still_run_beside_cases_that_need_a_gpu(tmp_path):
     kernel = python_only_kernel(tmp_path, "pure", {"test_cpu.py": ON_CPU, "test_gpu.py": NEEDS_CUDA})
     variant = python_only_variant(tmp_path / "build", "pure")
@@ -201,6 +205,7 @@ def test_cpu_cases_still_run_beside_cases_that_need_a_gpu(tmp_path):
     assert "SKIPPED" in result.stdout or "1 skipped" in result.stdout
 
 
+@pytest.mark.processes
 def test_a_failing_cpu_case_is_never_hidden_by_one_that_needs_a_gpu(tmp_path):
     broken = ON_CPU.replace("== 2", "== 3")
     kernel = python_only_kernel(tmp_path, "pure", {"test_cpu.py": broken, "test_gpu.py": NEEDS_CUDA})
@@ -210,6 +215,7 @@ def test_a_failing_cpu_case_is_never_hidden_by_one_that_needs_a_gpu(tmp_path):
     assert "1 failed" in result.stdout and "test_on_cpu" in result.stdout
 
 
+@pytest.mark.processes
 def test_the_kernels_own_code_asking_for_cuda_on_cpu_is_its_failure(tmp_path):
     """A CPU variant whose own code puts a tensor on CUDA is broken on a CPU: the suite fails."""
     package = "import torch\n\n\ndef double(x):\n    return x * 2 + torch.zeros(1, device='cuda')\n"

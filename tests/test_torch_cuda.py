@@ -41,6 +41,7 @@ def run_script(tmp_path, torch_cuda_version, *args):
     )
 
 
+@pytest.mark.processes
 def test_the_builder_image_step_accepts_the_cells_cuda_major(tmp_path):
     result = run_script(tmp_path, "13.0", "13.0")
     assert result.returncode == 0, result.stderr
@@ -48,6 +49,7 @@ def test_the_builder_image_step_accepts_the_cells_cuda_major(tmp_path):
 
 
 @pytest.mark.parametrize(("built_for", "wanted"), [("12.8", "13.0"), (None, "13.0")])
+@pytest.mark.processes
 def test_the_builder_image_step_refuses_another_build_in_one_line(tmp_path, built_for, wanted):
     result = run_script(tmp_path, built_for, wanted)
     assert result.returncode == 1
@@ -55,5 +57,6 @@ def test_the_builder_image_step_refuses_another_build_in_one_line(tmp_path, buil
     assert f"CUDA {wanted} is needed" in line and "torch-index" in line
 
 
+@pytest.mark.processes
 def test_the_script_refuses_unknown_flags(tmp_path):
     assert run_script(tmp_path, "13.0", "13.0", "--fast").returncode == 2

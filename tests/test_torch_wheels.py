@@ -146,6 +146,7 @@ def test_the_target_torch_is_the_one_built_against_else_the_one_named(tmp_path):
     assert target_torch(_variant(tmp_path, "torch-stable-abi210-cu130-x86_64-linux")) is None
 
 
+@pytest.mark.processes
 def test_check_abi_warns_of_a_cuda_library_the_torchs_wheel_no_longer_installs(tmp_path):
     variant = _variant(tmp_path, "torch215-cxx11-cu132-x86_64-linux", "2.15.0", links=["libcurand.so.10"])
     result = kernel_matrix("check-abi", str(variant), "--manylinux", "none")
@@ -160,6 +161,7 @@ def test_check_abi_warns_of_a_cuda_library_the_torchs_wheel_no_longer_installs(t
     assert [r.warnings for r in abi_reports(older, manylinux=None)] == [[]]
 
 
+@pytest.mark.processes
 def test_a_library_that_is_no_elf_is_one_line(tmp_path):
     variant = tmp_path / "torch215-cxx11-cpu-x86_64-linux"
     variant.mkdir()

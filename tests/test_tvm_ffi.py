@@ -32,6 +32,7 @@ def test_variant_names_are_what_the_loader_parses():
         Variant(torch="2.14", backend="cpu", cuda=None, arch="x86_64", tvm_ffi="0.1", stable_abi="2.10")
 
 
+@pytest.mark.processes
 def test_the_matrix_has_one_cell_per_compute_and_arch_from_the_newest_torch(tmp_path):
     """As kernel-builder builds tvm-ffi kernels: no torch in the variant, so the grid's torch
     versions collapse; each cell is built in the newest torch's builder that has its CUDA."""
@@ -50,6 +51,7 @@ def test_the_matrix_has_one_cell_per_compute_and_arch_from_the_newest_torch(tmp_
     assert {(c["cuda"] or "cpu", c["arch"]): c["torch"] for c in tvm_cells} == newest
 
 
+@pytest.mark.processes
 def test_a_tvm_ffi_of_another_abi_is_refused_in_one_line(tmp_path):
     from kernel_matrix.building.native_build import plan
 
@@ -62,6 +64,7 @@ def test_a_tvm_ffi_of_another_abi_is_refused_in_one_line(tmp_path):
     assert "\n" not in text and "apache-tvm-ffi 0.2.1" in text and TVM_FFI_REQUIREMENT in text, text
 
 
+@pytest.mark.processes
 def test_a_python_without_tvm_ffi_is_told_what_to_install(tmp_path):
     """The build's Python has torch but cannot import tvm_ffi: one line naming the package."""
     kernel = tvm_ffi_kernel(tmp_path)
@@ -100,6 +103,7 @@ def test_the_test_job_installs_the_tvm_ffi_of_the_variant(tmp_path):
     assert requirements(with_einops, "cpu") == ["apache-tvm-ffi>=0.1,<0.2", "einops"]
 
 
+@pytest.mark.processes
 def test_torch_ops_of_a_tvm_ffi_package_are_checked_as_kernel_builder_checks_them(tmp_path):
     """kernel-builder runs torch-ops-check on a tvm-ffi kernel's sources too."""
     kernel = tvm_ffi_kernel(tmp_path)
@@ -174,6 +178,7 @@ def test_a_tvm_ffi_variant_that_does_not_load_is_not_kept(tmp_path):
     assert "no_such_function" in (build_dir / "logs" / "tvm-ffi01-cpu-x86_64-linux.load.log").read_text()
 
 
+@pytest.mark.processes
 def test_wheels_of_a_tvm_ffi_kernel_say_there_are_none_to_make(tmp_path):
     """A legacy wheel requires one torch and holds an abi3 torch extension: neither fits a
     tvm-ffi library, whose variant folder is what the loader takes."""
@@ -244,6 +249,7 @@ def test_published_tvm_ffi_variants_are_what_get_kernel_picks(tmp_path):
     assert f"/build/{expected}/__init__.py" in loaded.stdout, loaded.stdout
 
 
+@pytest.mark.processes
 def test_the_plan_says_a_tvm_ffi_matrix_makes_no_wheel(tmp_path):
     """release-wheels runs only where some job made a wheel (the plan's `wheels` output)."""
     import os

@@ -134,6 +134,7 @@ def _matrix_file(tmp_path, base, torch_block):
     return path
 
 
+@pytest.mark.processes
 def test_reports_new_torch_minors_and_uncovered_cuda_builds(tmp_path, index):
     path = _matrix_file(tmp_path, index, '  "2.13": ["12.6", "13.0"]\n  "2.14": ["13.0"]\n')
     findings = find_missing(load_matrix(path))
@@ -158,6 +159,7 @@ def _covering_matrix(tmp_path, index):
     return path
 
 
+@pytest.mark.processes
 def test_a_covering_matrix_passes(tmp_path, index):
     path = _covering_matrix(tmp_path, index)
     assert find_missing(load_matrix(path)) == []
@@ -168,6 +170,7 @@ def test_a_covering_matrix_passes(tmp_path, index):
     assert f"kernel-matrix covers kernels {newest} (build.toml edition {max(read_editions())})" in result.stderr
 
 
+@pytest.mark.processes
 def test_an_unreachable_index_is_its_own_exit_code(tmp_path):
     with socket.socket() as probe:  # a loopback port that nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -230,6 +233,7 @@ def test_an_sdist_whose_bytes_are_not_the_indexs_is_refused(kernels_index):
         kernels_findings(pypi, REQUIREMENT, (), editions=(4, 5, 6))
 
 
+@pytest.mark.processes
 def test_the_cli_says_what_changed_for_the_loader_one_line_each(tmp_path, index):
     root = tmp_path / "index"
     covered = _covered_releases()

@@ -65,6 +65,7 @@ def kernel(root: pathlib.Path, name: str, tests: dict[str, str], package: str = 
     return folder
 
 
+@pytest.mark.processes
 def test_a_suite_that_writes_into_the_variant_fails_naming_the_file(tmp_path):
     folder = kernel(tmp_path, "scribble", {"test_scribble.py": WRITES.format(file="notes.txt")})
     (variant,) = build_noarch(folder, tmp_path / "build")
@@ -75,6 +76,7 @@ def test_a_suite_that_writes_into_the_variant_fails_naming_the_file(tmp_path):
     assert "metadata.json digest" in line
 
 
+@pytest.mark.processes
 def test_a_suite_that_leaves_the_variant_alone_passes(tmp_path):
     folder = kernel(tmp_path, "tidy", {"test_tidy.py": READS})
     (variant,) = build_noarch(folder, tmp_path / "build")
@@ -84,6 +86,7 @@ def test_a_suite_that_leaves_the_variant_alone_passes(tmp_path):
     assert sorted(p.name for p in variant.iterdir()) == before
 
 
+@pytest.mark.processes
 def test_a_kernel_whose_import_writes_into_its_folder_fails_the_load_check(tmp_path):
     writes_on_import = "import pathlib\n\n(pathlib.Path(__file__).parent / 'cache.bin').write_bytes(b'0')\n"
     folder = kernel(tmp_path, "importer", {}, package=writes_on_import)

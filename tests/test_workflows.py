@@ -638,6 +638,7 @@ def git_identity(monkeypatch):
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "a@b")
 
 
+@pytest.mark.processes
 def test_pip_installs_from_github_at_a_full_commit(tmp_path, git_identity):
     """What the install step hands pip, `git+https://github.com/OWNER/NAME@<40 hex>`, with github.com redirected
     to a local repository (git's url.<base>.insteadOf): the real pip and git fetch exactly that commit, whether a
@@ -952,6 +953,7 @@ def gpu_jobs_of(jobs: dict, cells: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", PLAN_RUNS)
+@pytest.mark.processes  # Python started by bash (run: lines)
 def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
     context, profile, only = PLAN_RUNS[kind]
     outputs = plan_job(context, tmp_path)
@@ -984,6 +986,7 @@ def test_the_plan_steps_write_the_matrices_the_jobs_read(kind, tmp_path):
         ("refs/tags/v1.0..1", "--tag 'v1.0..1': not a valid tag name"),
     ],
 )
+@pytest.mark.processes  # Python started by bash (run: lines)
 def test_the_plan_refuses_a_tag_publish_would_refuse(tmp_path, ref, refusal):
     """img2gray is version 1: a v2 tag would hold the name of version 2's branch on the Hub. publish refuses it,
     but only after the whole matrix (and the release's approval): the plan job refuses it first, with publish's
@@ -1005,6 +1008,7 @@ def test_the_plan_refuses_a_tag_publish_would_refuse(tmp_path, ref, refusal):
         check_tag_beside_branch(check_tag(ref.removeprefix("refs/tags/")), "v1")
 
 
+@pytest.mark.processes
 def test_the_plan_command_writes_the_matrix_the_build_job_reads(tmp_path):
     output = tmp_path / "github_output"
     output.write_text("earlier=1\n")
@@ -1216,6 +1220,7 @@ def batched(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kernels", ["one", "several", "batched"])
+@pytest.mark.processes
 def test_each_job_downloads_what_it_reads(tmp_path, kernels):
     file = {"one": lambda: None, "several": lambda: several_kernels(tmp_path / "project")}.get(
         kernels, lambda: batched(tmp_path / "project")
@@ -1779,6 +1784,7 @@ def test_ci_runs_the_projects_test_command():
         ["--kernel", "a", "--kernel", "b", "v"],
     ],
 )
+@pytest.mark.processes
 def test_test_variant_needs_one_variant_name(argv):
     for command in ([REPO / "scripts" / "test-variant"], [BIN / "kernel-matrix", "test-variant"]):
         result = subprocess.run([*command, *argv], capture_output=True, text=True)
@@ -1890,6 +1896,7 @@ def a_cell(backend: str) -> dict:
         ("cpu", [], "13.0", False, None, "torch is built for CUDA 13.0, and no CUDA (a CPU build) is needed"),
     ],
 )
+@pytest.mark.processes  # Python started by bash (run: lines)
 def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_cuda, gpu, hidden, error):
     cell = a_cell(backend)
     torch_cuda = cell["cuda"] if torch_cuda == "cell" else torch_cuda
@@ -1908,6 +1915,7 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
         assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)
 
 
+@pytest.mark.processes
 def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_path):
     """A build workflow job's batch, CPU,CUDA --cpu-only with a CUDA build of torch: the CPU variant is refused
     (it needs a CPU build), the CUDA one after it is still tested, and the batch fails naming the one."""
@@ -1941,6 +1949,7 @@ def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_pat
         (5, None, "python-depends is not a list of names: 5"),
     ],
 )
+@pytest.mark.processes  # Python started by bash (run: lines)
 def test_test_variant_installs_the_variants_python_depends_the_loader_knows(tmp_path, depends, installed, error):
     cell = a_cell("cuda")
     backend = depends.pop("backend") if isinstance(depends, dict) else "cuda"

@@ -110,14 +110,11 @@ def pull_listed(client: docker.DockerClient, shared: Iterable[Shared], log: Call
         if present(client, item.tag):
             continue
         log(f"pulling {item.tag} from {item.reference}")
-        image = _pull(client, item.reference)
-        if (found := image.labels.get(RECIPE_LABEL)) != recipe_of(item.tag):
-            _forget(client, item.reference)
+        taken, found = _pull_as(client, item.reference, item.tag)
+        if not taken:
             raise EngineError(
                 f"{item.reference}: listed as {item.tag}, but its {RECIPE_LABEL} label is {found!r}: not used"
             )
-        image.tag(*item.tag.rsplit(":", 1))
-        _forget(client, item.reference)
 
 
 def pull_by_recipe(client: docker.DockerClient, tag: str, repository: str, log: Callable[[str], None] = print) -> bool:
@@ -125,20 +122,29 @@ def pull_by_recipe(client: docker.DockerClient, tag: str, repository: str, log: 
     (an earlier run's); one line where it is missing or not that recipe, and False."""
     if present(client, tag):
         return True
-    recipe = recipe_of(tag)
+    reference = f"{repository}:{recipe_of(tag)}"
     try:
-        image = _pull(client, f"{repository}:{recipe}")
+        taken, found = _pull_as(client, reference, tag)
     except EngineError as exc:
         log(f"{tag}: not taken from {repository}: {exc}")
         return False
-    if (found := image.labels.get(RECIPE_LABEL)) != recipe:
-        _forget(client, f"{repository}:{recipe}")
+    if not taken:
         log(f"{tag}: not taken from {repository}: its {RECIPE_LABEL} label is {found!r}")
         return False
-    image.tag(*tag.rsplit(":", 1))
-    _forget(client, f"{repository}:{recipe}")
-    log(f"{tag}: taken from {repository}:{recipe} ({image.id})")
+    log(f"{tag}: taken from {reference} ({client.images.get(tag).id})")
     return True
+
+
+def _pull_as(client: docker.DockerClient, reference: str, tag: str) -> tuple[bool, str | None]:
+    """Pulls reference and tags it as the builder `tag` if its label is tag's recipe (else keeps
+    nothing); whether it did, and the label found. The registry's name is forgotten either way."""
+    image = _pull(client, reference)
+    found = image.labels.get(RECIPE_LABEL)
+    taken = found == recipe_of(tag)
+    if taken:
+        image.tag(*tag.rsplit(":", 1))
+    _forget(client, reference)
+    return taken, found
 
 
 def _pull(client: docker.DockerClient, reference: str) -> Image:

@@ -39,6 +39,7 @@ def write(tmp_path, text):
 
 
 @pytest.mark.parametrize("head", ["someone/kernel", "owner/kernel", None], ids=["fork", "same-repo", "deleted-fork"])
+@pytest.mark.processes
 def test_a_pull_requests_matrix_may_not_name_a_self_hosted_build_runner(tmp_path, head):
     matrix = write(tmp_path, HOSTILE)
     line = HOSTILE.splitlines().index("    build-runner: [self-hosted, linux, x64, gpu]") + 1
@@ -51,6 +52,7 @@ def test_a_pull_requests_matrix_may_not_name_a_self_hosted_build_runner(tmp_path
     assert not (tmp_path / "output").exists(), "no job output at all"
 
 
+@pytest.mark.processes
 def test_the_same_matrix_is_accepted_for_pushes(tmp_path):
     matrix = write(tmp_path, HOSTILE)
     result = kernel_matrix("matrix", "-f", str(matrix), "--json", env=github_run(tmp_path, "push"))
@@ -62,6 +64,7 @@ def test_the_same_matrix_is_accepted_for_pushes(tmp_path):
     )
 
 
+@pytest.mark.processes
 def test_a_forks_pull_request_gets_no_gpu_jobs(tmp_path):
     env = github_run(tmp_path, "pull_request", "someone/kernel")
     result = kernel_matrix("matrix", "--json", "--profile", "pr", "--github-output", env=env)

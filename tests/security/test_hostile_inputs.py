@@ -45,6 +45,7 @@ def set_toml(kernel, old, new):
 
 
 @pytest.mark.parametrize("name", ["../../x", "/tmp/x", "a/b", "..", "x.y"])
+@pytest.mark.processes
 def test_a_kernel_section_name_may_not_be_a_path(kernel_copy, tmp_path, name):
     set_toml(kernel_copy, "[kernel.img2gray_cpu]", f"[kernel.{json.dumps(name)}]")
     before = snapshot(tmp_path)
@@ -67,6 +68,7 @@ def test_a_kernel_section_name_may_not_be_a_path(kernel_copy, tmp_path, name):
     ],
     ids=["parent", "absolute", "link-out"],
 )
+@pytest.mark.processes
 def test_sources_must_be_inside_the_kernel(kernel_copy, tmp_path, key, entry):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -80,12 +82,14 @@ def test_sources_must_be_inside_the_kernel(kernel_copy, tmp_path, key, entry):
         assert "outside the kernel directory" in line and f"{kernel_copy / 'build.toml'}:" in line
 
 
+@pytest.mark.processes
 def test_include_dirs_must_be_inside_the_kernel(kernel_copy, tmp_path):
     set_toml(kernel_copy, 'cxx-flags = ["-ffp-contract=off"]', 'include = ["/usr/include"]')
     for line in two_errors(kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy))):
         assert "include entry '/usr/include' is outside" in line
 
 
+@pytest.mark.processes
 def test_the_python_package_may_not_link_to_host_files(kernel_copy, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("HOST SECRET")
@@ -120,6 +124,7 @@ def victim(tmp_path):
     return folder
 
 
+@pytest.mark.processes
 def test_clean_outside_a_git_checkout_removes_nothing(tmp_path):
     folder = victim(tmp_path)
     elsewhere = tmp_path / "elsewhere"
@@ -135,6 +140,7 @@ def test_clean_outside_a_git_checkout_removes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("build_dir", [".", "..", "/", "../outside"])
+@pytest.mark.processes
 def test_clean_refuses_a_build_dir_at_or_above_the_project(tmp_path, build_dir):
     project = victim(tmp_path) / "project"
     project.mkdir()
@@ -167,6 +173,7 @@ def test_clean_refuses_a_build_dir_at_or_above_the_project(tmp_path, build_dir):
         ["no-such-command"],
     ],
 )
+@pytest.mark.processes
 def test_bad_option_values_are_one_line_and_exit_2(tmp_path, argv):
     afile = tmp_path / "a-file"
     afile.write_text("not a folder")
@@ -257,6 +264,7 @@ def test_a_poisoned_cache_merge_changes_nothing_it_should_not(tmp_path):
     assert not (tmp_path / "escape.json").exists() and not (shared.root / "escape.json").exists()
 
 
+@pytest.mark.processes
 def test_a_linked_package_folder_is_refused(kernel_copy, tmp_path):
     outside = tmp_path / "home" / ".ssh"
     outside.mkdir(parents=True)

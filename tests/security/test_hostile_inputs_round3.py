@@ -99,6 +99,7 @@ def timed(*args, **kwargs):
     return result, time.monotonic() - start
 
 
+@pytest.mark.processes
 def test_a_matrix_file_over_the_size_limit_is_not_parsed(tmp_path):
     path = tmp_path / "build_matrix.yaml"
     path.write_text(matrix_text() + "".join(f"k{i}: 1\n" for i in range(300_000)))  # 3 MB
@@ -118,6 +119,7 @@ def test_a_matrix_file_over_the_size_limit_is_not_parsed(tmp_path):
     ],
     ids=["many-keys", "deep"],
 )
+@pytest.mark.processes
 def test_a_matrix_file_is_refused_while_composed(tmp_path, body, expected):
     path = tmp_path / "build_matrix.yaml"
     path.write_text(body)
@@ -137,6 +139,7 @@ def test_a_matrix_file_is_refused_while_composed(tmp_path, body, expected):
     ],
     ids=["arrays", "inline-tables", "size", "not-utf8"],
 )
+@pytest.mark.processes
 def test_a_build_toml_is_refused_before_parsing(kernel_copy, tmp_path, text, expected):
     path = kernel_copy / "build.toml"
     path.write_bytes(text.encode("utf-8", "surrogateescape") + path.read_bytes())
@@ -151,6 +154,7 @@ def test_a_build_toml_is_refused_before_parsing(kernel_copy, tmp_path, text, exp
 # --- path errors are one line (item 6) -----------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_kernel_name_longer_than_the_system_allows(tmp_path):
     path = tmp_path / "build_matrix.yaml"
     path.write_text(matrix_text().replace("kernel: kernel", "kernel: " + "k" * 5000))
@@ -160,6 +164,7 @@ def test_a_kernel_name_longer_than_the_system_allows(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build_matrix.yaml"]
 
 
+@pytest.mark.processes
 def test_a_build_dir_that_takes_no_folders(kernel_copy):
     line = one_error(
         kernel_matrix("build", "--backend", "cpu", "--kernel-dir", str(kernel_copy), "--build-dir", "/proc/self"), 2
@@ -167,6 +172,7 @@ def test_a_build_dir_that_takes_no_folders(kernel_copy):
     assert line == "error: --build-dir /proc/self: cannot be written (No such file or directory)"
 
 
+@pytest.mark.processes
 def test_an_empty_build_dir_is_refused(kernel_copy, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -180,6 +186,7 @@ def test_an_empty_build_dir_is_refused(kernel_copy, tmp_path):
 
 
 @pytest.mark.parametrize("value", ["true", "false", "1.0"])
+@pytest.mark.processes
 def test_a_kernel_version_is_an_integer_not_a_boolean(kernel_copy, tmp_path, value):
     set_toml(kernel_copy, "version = 1", f"version = {value}")
     build = tmp_path / "build"
@@ -212,6 +219,7 @@ def every_file(root):
 
 
 @pytest.mark.parametrize("build_dir", [".git", ".git/logs", ".git/refs", "sub", "sub/build", ".venv2", ".venv2/lib"])
+@pytest.mark.processes
 def test_clean_refuses_a_build_dir_that_is_not_a_build_folder(tmp_path, build_dir):
     project = git_project(tmp_path)
     subprocess.run(["git", "init", "-q", str(project / "sub")], check=True)  # a nested repository
@@ -226,6 +234,7 @@ def test_clean_refuses_a_build_dir_that_is_not_a_build_folder(tmp_path, build_di
     assert every_file(project) == before
 
 
+@pytest.mark.processes
 def test_clean_leaves_nested_environments_and_repositories_alone(tmp_path):
     project = git_project(tmp_path)
     files = [
@@ -300,6 +309,7 @@ def verify(env, repo_id, cwd):
     return line
 
 
+@pytest.mark.processes
 def test_verify_refuses_a_release_file_named_out_of_the_repo(hub, tmp_path):
     server, env = hub
     work = tmp_path / "deep" / "work"
@@ -333,6 +343,7 @@ def test_verify_refuses_a_release_file_named_out_of_the_repo(hub, tmp_path):
     ],
     ids=["archs-string", "archs-flags", "archs-newline", "backend", "provenance", "epoch-nul", "epoch-text", "deep"],
 )
+@pytest.mark.processes
 def test_verify_refuses_hostile_metadata_from_the_hub(hub, tmp_path, changes, key):
     server, env = hub
     data = metadata()
@@ -352,6 +363,7 @@ def test_verify_refuses_hostile_metadata_from_the_hub(hub, tmp_path, changes, ke
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.processes
 def test_a_variant_id_is_never_source_text_of_the_generated_alias(kernel_copy, tmp_path):
     """`kernel-matrix test` writes an alias module naming the variant's id: an id
     that closes its string literal (or its comment line) would add code to it."""

@@ -205,6 +205,7 @@ def test_a_fifo_at_a_log_is_replaced_or_refused_at_once(tmp_path):
 # -- output is inert --------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_an_escape_sequence_in_a_compilers_output_is_printed_escaped(kernel_copy, tmp_path):
     """A real compile (g++ prints an #error's text as it is), the failure line the CLI prints."""
     source = kernel_copy / "csrc" / "img2gray_cpu.cpp"
@@ -251,12 +252,14 @@ def failed_container_build(monkeypatch, tmp_path):
     return result, build_dir, step_summary, failure
 
 
+@pytest.mark.processes
 def test_a_containers_failure_line_is_printed_escaped(monkeypatch, tmp_path):
     result, *_ = failed_container_build(monkeypatch, tmp_path)
     assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(result.output), result.output
     assert "\\x1b]0;owned" in result.output
 
 
+@pytest.mark.processes
 def test_a_markdown_table_breaker_in_a_failure_line_is_escaped_in_the_summaries(monkeypatch, tmp_path):
     """build/summary.md and the GitHub job summary, read by a real Markdown parser (tables on)."""
     from kernel_matrix.cli.render import SUMMARY_COLUMNS

@@ -43,6 +43,7 @@ def set_repo_id(kernel: Path, repo_id: str) -> Path:
 
 
 @pytest.mark.parametrize("repo_id", ["kernel-matrix/img2gray", "Kernel-Matrix/IMG2GRAY"])
+@pytest.mark.processes
 def test_a_kernel_naming_another_kernels_hub_repo_is_refused_with_both_lines(tmp_path, repo_id):
     """`evil/build.toml` says `repo-id = "<org>/img2gray"`: its release would replace img2gray's
     variants on img2gray's branch (get_kernel then loads evil). The matrix refuses it, naming both
@@ -59,6 +60,7 @@ def test_a_kernel_naming_another_kernels_hub_repo_is_refused_with_both_lines(tmp
         assert f"kernel 'gray' ({gray_at})" in line, line
 
 
+@pytest.mark.processes
 def test_kernels_with_hub_repos_of_their_own_are_planned(tmp_path):
     """The check refuses a shared repo only: repo ids differing by a character pass, as does a
     kernel without [general.hub] repo-id (publish then asks for --repo-id)."""
@@ -94,6 +96,7 @@ def beside(tmp_path):
         ("kernel: {repo}/../relu", "absolute"),
     ],
 )
+@pytest.mark.processes
 def test_a_kernel_folder_outside_the_matrix_files_folder_is_refused_at_its_line(beside, entry, how):
     repo, outside = beside, beside.parent / "relu"
     img2gray_as(repo, "inside")
@@ -112,6 +115,7 @@ def test_a_kernel_folder_outside_the_matrix_files_folder_is_refused_at_its_line(
 
 
 @pytest.mark.parametrize("entry", ["kernel: sub/../inside", "kernel: {repo}/inside", "kernel: ./inside"])
+@pytest.mark.processes
 def test_a_kernel_folder_inside_the_matrix_files_folder_is_read(beside, entry):
     """Spelled with `..` that stays inside, or absolute to a folder inside: the same folder."""
     img2gray_as(beside, "inside")
@@ -123,6 +127,7 @@ def test_a_kernel_folder_inside_the_matrix_files_folder_is_read(beside, entry):
     assert {cell["kernel"] for cell in json.loads(result.stdout)["include"]} == {"inside"}
 
 
+@pytest.mark.processes
 def test_kernel_dir_still_builds_a_kernel_anywhere(beside):
     """--kernel-dir is the caller's own choice on its command line (the README builds
     ../shared/corpus kernels so), not a matrix entry: it is not confined."""
@@ -134,6 +139,7 @@ def test_kernel_dir_still_builds_a_kernel_anywhere(beside):
 # --- test-variant installs the running kernel-matrix, not a dist-info of the repository (issue 39 finding 5) ------
 
 
+@pytest.mark.processes
 def test_test_variant_ignores_a_kernel_matrix_dist_info_in_the_repository(tmp_path):
     """`python -m kernel_matrix test-variant` puts the repository on sys.path first: a committed
     `kernel_matrix-99.0.dist-info/direct_url.json` there named what the cell's environment installs.
@@ -210,6 +216,7 @@ def test_an_installed_kernel_matrix_is_found_beside_its_package_not_first_on_sys
 
 
 @pytest.mark.parametrize("labels", ["[ubuntu-24.04-arm]", "[self-hosted, ubuntu-latest]", "[windows-2025]"])
+@pytest.mark.processes
 def test_a_github_hosted_label_as_gpu_test_runner_is_refused_at_its_line(tmp_path, labels):
     matrix = tmp_path / "build_matrix.yaml"
     matrix.write_text(
@@ -225,6 +232,7 @@ def test_a_github_hosted_label_as_gpu_test_runner_is_refused_at_its_line(tmp_pat
     assert "no GPU" in line
 
 
+@pytest.mark.processes
 def test_the_repositorys_own_matrix_names_no_hosted_gpu_runner():
     """The shipped matrices pass the rule they teach."""
     for matrix in (REPO / "build_matrix.yaml", REPO / "kernel_matrix" / "data" / "default_matrix.yaml"):

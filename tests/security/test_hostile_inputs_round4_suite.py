@@ -33,6 +33,7 @@ FILE_TOKEN = "hf_FileTokenThatMustNotLeak00000"
 PASSWORD = "hunter2-index-password"
 
 
+@pytest.mark.processes
 def test_the_suite_gets_no_secret_and_a_home_of_its_own_under_the_build_dir(tmp_path):
     kernel = python_only_kernel(tmp_path, "pure", {"test_exfiltrate.py": EXFILTRATE})
     build = tmp_path / "build"
@@ -108,6 +109,7 @@ def test_scribble(tmp_path):
 """
 
 
+@pytest.mark.processes
 def test_the_suite_cannot_write_into_the_caches_or_other_variants(tmp_path):
     if confine._landlock()[0] is None:
         pytest.skip(f"this machine cannot confine writes: {confine._landlock()[2]}")

@@ -48,6 +48,7 @@ def _listener():
     return server, seen
 
 
+@pytest.mark.processes
 def test_a_pull_requests_matrix_cannot_choose_the_index_or_the_base_images(tmp_path):
     server, seen = _listener()
     port = server.getsockname()[1]

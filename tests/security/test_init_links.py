@@ -28,6 +28,7 @@ def init(*args: str, cwd: Path, github: GitHub):
 
 
 @pytest.mark.parametrize("linked", [".github", ".github/workflows"])
+@pytest.mark.processes
 def test_init_never_writes_through_a_link_out_of_the_repository(tmp_path, github, linked):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     outside = tmp_path / "outside"
@@ -43,6 +44,7 @@ def test_init_never_writes_through_a_link_out_of_the_repository(tmp_path, github
     assert list(outside.iterdir()) == [] and not (kernel / "build_matrix.yaml").exists()
 
 
+@pytest.mark.processes
 def test_a_link_to_a_folder_inside_the_repository_is_written_through(tmp_path, github):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     (kernel / "ci").mkdir()
@@ -51,6 +53,7 @@ def test_a_link_to_a_folder_inside_the_repository_is_written_through(tmp_path, g
     assert (kernel / "ci" / "workflows" / "kernel-matrix.yml").is_file()
 
 
+@pytest.mark.processes
 def test_the_kernel_search_follows_no_linked_folder_or_build_toml(tmp_path, github):
     """Linked folders at every depth of the search (the deepest was searched with rglob, which walked a
     link to / through the machine), and a build.toml linked to a file outside: none is read or named."""
@@ -74,6 +77,7 @@ def test_the_kernel_search_follows_no_linked_folder_or_build_toml(tmp_path, gith
     assert snapshot(outside) == before
 
 
+@pytest.mark.processes
 def test_a_root_build_toml_linked_out_of_the_repository_is_refused(tmp_path, github):
     secret = img2gray_as(tmp_path / "outside", "gray-outside")
     repository = tmp_path / "repository"
@@ -104,6 +108,7 @@ def test_a_root_build_toml_linked_out_of_the_repository_is_refused(tmp_path, git
         "a/" + "b" * 101,
     ],
 )
+@pytest.mark.processes
 def test_init_refuses_a_repository_that_is_not_owner_slash_name(tmp_path, github, repository):
     kernel = img2gray_as(tmp_path / "repository", "gray")
     result = init("--repository", repository, cwd=kernel, github=github)
