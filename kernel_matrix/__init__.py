@@ -13,6 +13,8 @@ The package reads top-down, each group using only the groups above it:
   container engine.
 - ``releasing``: what leaves the machine: release contents, wheels, the kernel card,
   publishing to the Hub and verifying a release, and cleaning the project.
+- ``running``: what composes a plan, its build and its checks for one job (a native build,
+  for ``kernel-matrix build`` and the build container's worker alike).
 - ``cli``: the ``kernel-matrix`` command, which only parses options and calls the above.
 
 ``errors`` (exit codes) and ``layout`` (where things go under --build-dir) serve all of them.

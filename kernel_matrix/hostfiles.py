@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -47,6 +48,20 @@ _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 class UnsafeBuildDirError(ConfigError):
     """Something in the build folder that the host will not write through or into."""
+
+
+def make_build_dir(path: Path) -> None:
+    """The build folder, made, and shown to take new folders (variants are staged
+    in one beside their place): a folder that is there but refuses them, as
+    /proc/self or one on a read-only mount, is one line here, not a traceback later."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
+    try:
+        tempfile.TemporaryDirectory(prefix=".kernel-matrix-probe-", dir=path).cleanup()
+    except OSError as exc:
+        raise ConfigError(f"--build-dir {path}: cannot be written ({exc.strerror or exc})") from None
 
 
 def check_build_dir(root: Path) -> None:

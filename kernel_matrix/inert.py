@@ -6,6 +6,10 @@ a column and a `<` an HTML tag (markdown_cell)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def printable(text: str) -> str:
@@ -35,3 +39,13 @@ def markdown_cell(text: str) -> str:
     """text as one Markdown table cell shows it literally: one line (printable), no column
     break, tag, link, code span or emphasis of its own."""
     return _EMPHASIS_UNDERSCORE.sub(r"\\_", printable(text).translate(_MARKDOWN))
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line from plain strings and (text, style) pairs, for rich: no string is parsed as
+    markup, and control characters in them show escaped (printable_lines)."""
+    from rich.text import Text  # here: rich is what prints, and only what prints needs it
+
+    return Text.assemble(
+        *(printable_lines(part) if isinstance(part, str) else (printable_lines(part[0]), part[1]) for part in parts)
+    )

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from kernel_matrix.errors import BuildError, ExitCode, KernelMatrixError, shared_exit_code
 from kernel_matrix.inert import printable_lines
+from kernel_matrix.inert import styled as styled  # the commands take it from here, with the consoles
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -39,20 +40,12 @@ class InertConsole(Console):
 
 # CI logs are wider than rich's 80-column default for non-terminals. Markup is off:
 # messages carry user text (names, paths, build.toml values such as `[general.hub]`),
-# which must print literally; styles come from `styled`, never from the text.
+# which must print literally; styles come from `styled` (inert.py), never from the text.
 # (A closed stream is None: `kernel-matrix matrix >&-` writes nothing there, and runs.)
 console = InertConsole(
     stderr=True, width=None if sys.stderr and sys.stderr.isatty() else 160, markup=False, highlight=False
 )
 stdout = InertConsole(width=None if sys.stdout and sys.stdout.isatty() else 240, markup=False, highlight=False)
-
-
-def styled(*parts: str | tuple[str, str]) -> Text:
-    """A line from plain strings and (text, style) pairs; no string is parsed as markup,
-    and control characters in them show escaped (InertConsole)."""
-    return Text.assemble(
-        *(printable_lines(part) if isinstance(part, str) else (printable_lines(part[0]), part[1]) for part in parts)
-    )
 
 
 def error(line: str) -> None:

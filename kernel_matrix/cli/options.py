@@ -3,7 +3,6 @@ for every command that takes them (typer reads them from the annotations)."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -140,20 +139,6 @@ def check_capabilities(value: str | None) -> str | None:
             f"{value!r}: expected capabilities such as 8.0,9.0 or 9.0a", param_hint="--cuda-capabilities"
         )
     return value
-
-
-def make_build_dir(path: Path) -> None:
-    """The build folder, made, and shown to take new folders (variants are staged
-    in one beside their place): a folder that is there but refuses them, as
-    /proc/self or one on a read-only mount, is one line here, not a traceback later."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--build-dir {path}: cannot be made ({exc.strerror or exc})") from None
-    try:
-        tempfile.TemporaryDirectory(prefix=".kernel-matrix-probe-", dir=path).cleanup()
-    except OSError as exc:
-        raise ConfigError(f"--build-dir {path}: cannot be written ({exc.strerror or exc})") from None
 
 
 BuildDirOption = Annotated[

@@ -89,13 +89,6 @@ def build_results_table(results: Sequence[CellResult]) -> Table:
     return table
 
 
-def native_summary(rows: list[tuple[str, str]]) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    for key, value in rows:
-        grid.add_row(Text(key, style="bold"), value)
-    return grid
-
-
 def wheels_table(results: Sequence[WheelResult]) -> Table:
     table = _table(f"wheels ({len(results)} cells)", ("kernel", "variant", "status", "wheel"))
     for r in results:

@@ -16,14 +16,14 @@ from pathlib import Path
 
 from kernel_matrix.building.objcache import ObjectCache
 from kernel_matrix.cli import interrupt_on_sigterm
-from kernel_matrix.cli.build import build_native
-from kernel_matrix.cli.console import error
+from kernel_matrix.cli.console import console, error
 from kernel_matrix.containers.build_request import BuildRequest
 from kernel_matrix.containers.container_output import OUTCOME
 from kernel_matrix.errors import ConfigError, ExitCode, KernelMatrixError
 from kernel_matrix.hostfiles import write_file
 from kernel_matrix.layout import BuildDir
 from kernel_matrix.planning.selection import Kernel
+from kernel_matrix.running.native import build_native
 
 
 def run(request: BuildRequest) -> None:
@@ -42,6 +42,7 @@ def run(request: BuildRequest) -> None:
         cache=cache,
         expected=request,
         candidate=(Path(request.candidate), request.candidate_from or "the Hub") if request.candidate else None,
+        console=console,
     )
 
 
