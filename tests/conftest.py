@@ -41,9 +41,10 @@ FIXTURE_MARKERS = {
 
 
 # The longest modules of a full run first (their seconds at e4b64c2: 512, 322, 298, 291, 272,
-# 260, 238, 171, 152). pytest-xdist hands each worker whole modules (--dist loadfile) in the
-# order they are collected; one of these collected last kept one worker busy for minutes after
-# the others had finished. The rest keep their order.
+# 260, 238, 171, 152). scripts/test hands each pytest-xdist worker whole modules in this order
+# (--dist loadfile --no-loadscope-reorder): by default xdist starts the modules with the most
+# tests first, and these, with one to a few tests each, started last and ran alone at the end.
+# The rest keep their order.
 LONGEST_FIRST = [
     "test_adoption.py",
     "test_first_run.py",
