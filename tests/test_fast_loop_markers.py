@@ -6,7 +6,6 @@ import sys
 
 import conftest
 import pytest
-from _pytest.outcomes import Failed
 
 
 class _Test:
@@ -27,7 +26,8 @@ def _running(test, monkeypatch):
 
 def test_an_unmarked_test_that_starts_python_fails_naming_the_marker(monkeypatch):
     _running(_Test(), monkeypatch)
-    with pytest.raises(Failed, match=r"test_example starts a Python process .*mark it @pytest.mark.processes"):
+    named = r"test_example starts a Python process .*mark it @pytest.mark.processes"
+    with pytest.raises(pytest.fail.Exception, match=named):
         subprocess.run([sys.executable, "-c", "pass"])
 
 
@@ -36,7 +36,7 @@ def test_a_python_script_counts_and_other_programs_do_not(monkeypatch, tmp_path)
     script = tmp_path / "tool"
     script.write_text(f"#!{sys.executable}\nprint('ran')\n")
     script.chmod(0o755)
-    with pytest.raises(Failed, match="starts a Python process"):
+    with pytest.raises(pytest.fail.Exception, match="starts a Python process"):
         subprocess.run([script])
     assert subprocess.run(["true"]).returncode == 0
 
