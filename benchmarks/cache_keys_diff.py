@@ -3,8 +3,9 @@
 
     .venv/bin/python benchmarks/cache_keys_diff.py A.cache-keys.json B.cache-keys.json
 
-A step's key is its command line (without its output), its compilers' path and --version
-text, and the compiler environment variables (kernel_matrix/building/objcache.py). For each
+A step's key is its command line (without its output, and the folders that move between
+checkouts named by name: kernel_matrix/building/portable.py), its compilers' path and
+--version text, and the compiler environment variables (kernel_matrix/building/objcache.py). For each
 step of both records whose keys differ, one line names the part that differs: the argv
 elements only one side has, the compiler lines that differ, the variables that differ.
 Exit 0 when every shared step has the same key, 1 otherwise (made for two machines'
@@ -16,9 +17,12 @@ import collections
 import difflib
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from kernel_matrix.building.portable import Places
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
@@ -26,11 +30,19 @@ def load(path: Path) -> dict[str, dict[str, Any]]:
     return {record["step"]: record for record in records}
 
 
+def keyed_argv(record: dict[str, Any]) -> list[str]:
+    """A record's command line as its key reads it, each named folder shown as <name>
+    (records written before folders were named have none)."""
+    places = Places({Path(folder): name for folder, name in record.get("folders", [])})
+    return [re.sub("\0\\d+:([^\0]*)\0", r"<\1>", arg) for arg in places.command(record["argv"])]
+
+
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """What differs between two records of one step, a phrase each."""
     found = []
-    if a["argv"] != b["argv"]:
-        words_a, words_b = collections.Counter(a["argv"]), collections.Counter(b["argv"])
+    argv_a, argv_b = keyed_argv(a), keyed_argv(b)
+    if argv_a != argv_b:
+        words_a, words_b = collections.Counter(argv_a), collections.Counter(argv_b)
         only_a, only_b = sorted((words_a - words_b).elements()), sorted((words_b - words_a).elements())
         found.append(f"argv: only A {only_a}, only B {only_b}" if only_a or only_b else "argv: same words, other order")
     for index, (x, y) in enumerate(itertools.zip_longest(a["compilers"], b["compilers"])):

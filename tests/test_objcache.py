@@ -17,6 +17,7 @@ from conftest import ONE_KERNEL_TEST, REPO, kernel_matrix
 
 from kernel_matrix.building.compile import Step, run_steps
 from kernel_matrix.building.objcache import MAX_RECIPES, ObjectCache, parse_depfile
+from kernel_matrix.building.portable import Places
 from kernel_matrix.building.recipe import recipe_digest
 
 CXX = shutil.which("g++")
@@ -93,6 +94,70 @@ def test_a_broken_cache_entry_compiles_again(tmp_path):
             (tmp_path / "cache" / "objects" / entry["object"]).unlink()
     assert _compile(tmp_path, ObjectCache(tmp_path / "cache"), "second") is False
     assert (tmp_path / "second.o").read_bytes() == (tmp_path / "first.o").read_bytes()
+
+
+def test_places_name_a_folder_only_where_a_path_starts_and_only_the_whole_folder():
+    places = Places({Path("/x/kernel"): "relu", Path("/x/kernel_matrix"): "kernel_matrix"})
+    relu, ours = "\0" + "0:relu\0", "\0" + "1:kernel_matrix\0"
+    assert places.argument("-I/x/kernel/csrc") == f"-I{relu}/csrc"
+    assert places.argument("/x/kernel/a.cpp") == f"{relu}/a.cpp"
+    assert places.argument("-ffile-prefix-map=/x/kernel=relu") == f"-ffile-prefix-map={relu}=relu"
+    assert places.argument("-Xcompiler=-ffile-prefix-map=/x/kernel_matrix=kernel_matrix") == (
+        f"-Xcompiler=-ffile-prefix-map={ours}=kernel_matrix"
+    )
+    # Not the folder: a longer name beside it, the folder inside another path, a relative path.
+    for other in ("-I/x/kernel2/csrc", "/a/x/kernel/a.cpp", "-include/a/x/kernel/h.h", "x/kernel/a.cpp"):
+        assert places.argument(other) == other
+    # PathMap orders prefix maps by the folders' lengths, which differ between checkouts: the key does not.
+    short = Places({Path("/k"): "relu", Path("/x/kernel_matrix"): "kernel_matrix"})
+    maps = ["-ffile-prefix-map=/x/kernel_matrix=kernel_matrix", "-ffile-prefix-map=/x/kernel=relu"]
+    assert places.command(["g++", *maps]) == short.command(
+        ["g++", *reversed([m.replace("/x/kernel=", "/k=") for m in maps])]
+    )
+    # What a compile read: named by the folder's place, found where this build has it.
+    assert places.listed(Path("/x/kernel/csrc/a.h")) == "$0/csrc/a.h"
+    assert places.listed(Path("/usr/include/stdio.h")) == "/usr/include/stdio.h"
+    elsewhere = Places({Path("/y/checkout"): "relu", Path("/y/km"): "kernel_matrix"})
+    assert elsewhere.path("$0/csrc/a.h") == Path("/y/checkout/csrc/a.h")
+    assert elsewhere.path("/usr/include/stdio.h") == Path("/usr/include/stdio.h")
+    # An entry cannot climb out of a folder, or name one this build has not.
+    for hostile in ("$0/../etc/passwd", "$0/csrc/../../etc/passwd", "$0//etc/passwd", "$7/a.h", "relative/a.h"):
+        assert elsewhere.path(hostile) is None, hostile
+
+
+def test_a_copy_of_a_folder_elsewhere_takes_its_objects_and_an_edited_copy_compiles(tmp_path):
+    """Two checkouts of one kernel (ccache's base_dir case): a compile in the second takes
+    the first one's object, the same bytes its own compile makes; a changed header, or a
+    build naming no folders, compiles."""
+    first, second = tmp_path / "first" / "kernel", tmp_path / "second" / "kernel"
+    first.mkdir(parents=True)
+    (first / "value.h").write_text("#define VALUE 1\n")
+    (first / "src.cpp").write_text(
+        '#include "value.h"\nconst char *where() { return __FILE__; }\nint v() { return VALUE; }\n'
+    )
+    shutil.copytree(first, second)
+    cache = ObjectCache(tmp_path / "cache")
+
+    def compile_in(folder: Path, output: Path, named: bool = True) -> bool:
+        argv = [CXX, "-O1", f"-ffile-prefix-map={folder}=kernel", "-c", str(folder / "src.cpp"), "-I", str(folder)]
+        places = Places({folder: "kernel"}) if named else Places()
+        step = Step("compile", [*argv, "-o", str(output)], output, compilers=(CXX,), places=places)
+        seen: dict[str, bool] = {}
+        link = Step(
+            "link", [CXX, "-shared", str(output), "-o", str(output.with_suffix(".so"))], output.with_suffix(".so")
+        )
+        run_steps([step], link, cwd=folder, cache=cache, on_done=lambda s, cached: seen.setdefault(s.label, cached))
+        return seen["compile"]
+
+    assert compile_in(first, tmp_path / "first.o") is False
+    assert compile_in(second, tmp_path / "second.o") is True
+    # The object the second checkout compiles itself (no cache) is the one it took.
+    subprocess.run([CXX, "-O1", f"-ffile-prefix-map={second}=kernel", "-c", str(second / "src.cpp"),
+                    "-I", str(second), "-o", str(tmp_path / "cold.o")], check=True)  # fmt: skip
+    assert (tmp_path / "second.o").read_bytes() == (tmp_path / "cold.o").read_bytes()
+    assert compile_in(second, tmp_path / "unnamed.o", named=False) is False  # its key holds the paths
+    (second / "value.h").write_text("#define VALUE 2\n")
+    assert compile_in(second, tmp_path / "edited.o") is False
 
 
 @pytest.mark.build  # two builds of the variant, the first cold (it asserts nothing came from a cache)
@@ -239,9 +304,9 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
     what differed. A compiler variable set on one side shows as that difference, and only it."""
     from conftest import KERNEL_DIR
 
-    def build(folder: str, **env: str) -> tuple[list[dict], str]:
+    def build(folder: str, kernel: Path = KERNEL_DIR, **env: str) -> tuple[list[dict], str]:
         result = kernel_matrix(
-            "build", "--backend", "cpu", "--kernel-dir", str(KERNEL_DIR), "--build-dir", str(tmp_path / folder),
+            "build", "--backend", "cpu", "--kernel-dir", str(kernel), "--build-dir", str(tmp_path / folder),
             "--cache-dir", str(object_cache), env={**os.environ, **env}, check=True,
         )  # fmt: skip
         (record,) = (tmp_path / folder / "logs").glob("*.cache-keys.json")
@@ -253,6 +318,12 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
     assert all((scope / e["key"][:2] / f"{e['key']}.json").is_file() for e in first)  # the keys the cache uses
     again, objects = build("again")
     assert [e["key"] for e in again] == [e["key"] for e in first] and "0 compiled" in objects
+    # A checkout elsewhere: its command lines name other folders, its keys are the same.
+    checkout = tmp_path / "checkout" / "img2gray"
+    shutil.copytree(KERNEL_DIR, checkout, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    moved, objects = build("moved", checkout)
+    assert [e["key"] for e in moved] == [e["key"] for e in first] and "0 compiled" in objects
+    assert all(str(checkout) in " ".join(e["argv"]) for e in moved)
     other, objects = build("other", CPATH=str(tmp_path / "nothing-here"))
     assert "0 from the cache" in objects
     assert [e["step"] for e in first] == [e["step"] for e in other] and first  # compiles only, not the link
@@ -262,7 +333,8 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
         differ = {k for k in mine["environment"] if mine["environment"][k] != theirs["environment"][k]}
         assert differ == {"CPATH"}
     # benchmarks/cache_keys_diff.py says so, step by step, from the two records alone.
-    records = [next((tmp_path / folder / "logs").glob("*.cache-keys.json")) for folder in ("first", "other", "again")]
+    folders = ("first", "other", "again", "moved")
+    records = [next((tmp_path / folder / "logs").glob("*.cache-keys.json")) for folder in folders]
     diff = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "cache_keys_diff.py"), *map(str, records[:2])],
         capture_output=True, text=True, check=False,
@@ -271,11 +343,12 @@ def test_each_build_records_what_its_compiles_are_looked_up_by(object_cache, tmp
     lines = diff.stdout.splitlines()
     assert lines[-1] == f"0 of {len(first)} shared steps have the same key", diff.stdout
     assert lines[:-1] == [f"{e['step']}: $CPATH: A None, B {str(tmp_path / 'nothing-here')!r}" for e in first]
-    same = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "cache_keys_diff.py"), str(records[0]), str(records[2])],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert (
-        same.returncode == 0
-        and same.stdout.splitlines()[0] == f"{len(first)} of {len(first)} shared steps have the same key"
-    )
+    for record in records[2:]:
+        same = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "cache_keys_diff.py"), str(records[0]), str(record)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert (
+            same.returncode == 0
+            and same.stdout.splitlines()[0] == f"{len(first)} of {len(first)} shared steps have the same key"
+        ), same.stdout

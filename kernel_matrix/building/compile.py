@@ -25,7 +25,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from kernel_matrix.building.objcache import ObjectCache, cacheable
+from kernel_matrix.building.objcache import NOWHERE, ObjectCache, cacheable
+from kernel_matrix.building.portable import Places
 from kernel_matrix.errors import BuildError
 
 # Python's stable API as kernel-builder's CMake gives it (Python3_add_library's USE_SABI 3):
@@ -107,6 +108,9 @@ class Step:
     compilers: tuple[str, ...] = ()
     # Arguments that change how, not what, it compiles (nvcc --threads): not in the cache key.
     tuning: tuple[str, ...] = ()
+    # The folders the compile records by name (its PathMap's): the cache names them so too,
+    # and shares the object with a checkout elsewhere (portable.py).
+    places: Places = NOWHERE
 
 
 @dataclass
@@ -362,7 +366,7 @@ def _run(
     step.output.parent.mkdir(parents=True, exist_ok=True)
     if cache is not None and not (step.compilers and cacheable(list(step.compilers))):
         cache = None  # a compile whose compilers the cache cannot identify is not cached
-    if cache is not None and cache.fetch(step.argv, step.output, list(step.compilers), env):
+    if cache is not None and cache.fetch(step.argv, step.output, list(step.compilers), env, step.places):
         return None, True
     depfile = step.output.with_name(step.output.name + ".d")
     # -MD -MF: gcc and nvcc both list what the compile read, for the cache's manifest.
@@ -377,5 +381,7 @@ def _run(
         first = next((ln for ln in result.stderr.splitlines() if "error" in ln.lower()), "see the log")
         return BuildError(f"{step.label} failed (exit {result.returncode}): {first.strip()}", log=log), False
     if cache is not None:
-        cache.store(step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started, env=env)
+        cache.store(
+            step.argv, step.output, list(step.compilers), depfile, cwd=cwd, started=started, env=env, places=step.places
+        )
     return None, False

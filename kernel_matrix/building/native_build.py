@@ -36,6 +36,7 @@ from kernel_matrix.building.dependencies import Resolved
 from kernel_matrix.building.dependencies import resolve as resolve_dependency
 from kernel_matrix.building.inputs import build_inputs
 from kernel_matrix.building.objcache import ObjectCache, write_key_record
+from kernel_matrix.building.portable import Places
 from kernel_matrix.building.provenance import compiler_version, git_state, toolchain
 from kernel_matrix.building.torch_cmake import interface_defines
 from kernel_matrix.building.variant_dir import (
@@ -534,6 +535,7 @@ def build_steps(
     # The stage's scratch folder is new every build; -g records it (nvcc's host stub
     # is compiled there). Mapped outside the cache key, which leaves the output out too.
     scratch = PathMap({work: "build"})
+    places = Places(path_map.folders)
 
     def compile_step(
         source: Path,
@@ -580,7 +582,12 @@ def build_steps(
         else:
             return None  # headers, and sources of other languages
         return Step(
-            f"compile {source.relative_to(kernel_dir)}", argv, output, compilers=compilers, tuning=tuple(tuning)
+            f"compile {source.relative_to(kernel_dir)}",
+            argv,
+            output,
+            compilers=compilers,
+            tuning=tuple(tuning),
+            places=places,
         )
 
     for src, use in section_sources(plan, dependencies).items():
@@ -769,7 +776,7 @@ def build_variant(
         if cache is not None:  # what each compile is looked up by: why a build missed another's objects
             write_key_record(
                 BuildDir(out_dir.resolve()).log(plan.variant.name, "cache-keys.json"),
-                [(step.label, step.argv, step.output, list(step.compilers)) for step in compiles if step.compilers],
+                [(s.label, s.argv, s.output, list(s.compilers), s.places) for s in compiles if s.compilers],
                 compile_environment(plan.source_date_epoch),
             )
         try:

@@ -5,7 +5,9 @@ A compile is looked up by its command line (output path aside) and the identity
 of its compilers. That key's manifest lists, for each object made with it, every
 file the compile read (from the compiler's -MD output: the source and all its
 headers) with its hash; a hit needs every file of one entry unchanged, and then
-that object is copied instead of compiled. One command line has several entries
+that object is copied instead of compiled. The kernel's folder and the others that
+move between checkouts are named by name in both (portable.py), so a second checkout
+of a kernel, with the same files, takes the first one's objects. One command line has several entries
 when the files differ: builder images of four torch versions put their headers at
 the same paths, so the binding's command line is the same in each.
 
@@ -47,6 +49,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kernel_matrix.building.portable import Places, listed_soundly
 from kernel_matrix.layout import cache_scope
 
 # Variables that change what gcc or nvcc compile without showing on the command line
@@ -71,6 +74,8 @@ _DEP_SPLIT = re.compile(r"(?<!\\)\s+")
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+# A compile whose Step names no folders: every path as it is.
+NOWHERE = Places()
 # Why fetch refused an entry whose inputs matched: (one, several).
 _REFUSED = {
     "misnamed": ("entry whose object is not named by a sha256", "entries whose object is not named by a sha256"),
@@ -112,17 +117,27 @@ class ObjectCache:
         cache._recipes = own.parent
         return cache
 
-    def fetch(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> bool:
+    def fetch(
+        self,
+        argv: list[str],
+        output: Path,
+        compilers: list[str],
+        env: Mapping[str, str] | None = None,
+        places: Places = NOWHERE,
+    ) -> bool:
         """Copy the cached object for this compile to output; False on a miss.
-        env: the compile's environment (default: this process's). An entry whose inputs
+        env: the compile's environment (default: this process's); places: the folders
+        named by name (portable.py), as the compile's Step gives them. An entry whose inputs
         match is used only if its object is named by a plain sha256 and its bytes hash to
         that name: else it is refused (counted for `refusals`) and the next one tried."""
-        key = self._key(argv, output, compilers, env)
+        key = self._key(argv, output, compilers, env, places)
         refused: list[str] = []
         hit = False
         for root in self.reads:
             for entry in self._entries(key, root):
-                if self._inputs_match(entry) and (data := self._checked_object(root, entry, refused)) is not None:
+                if not self._inputs_match(entry, places):
+                    continue
+                if (data := self._checked_object(root, entry, refused)) is not None:
                     try:
                         output.write_bytes(data)  # the bytes just checked, not the file read again
                     except OSError:
@@ -146,12 +161,16 @@ class ObjectCache:
             lines.append(f"cache: refused {count} {singular if count == 1 else plural}; {outcome}")
         return lines
 
-    def _inputs_match(self, entry: dict[str, Any]) -> bool:
-        """Every file the entry lists has the hash it lists (a well-formed entry only)."""
+    def _inputs_match(self, entry: dict[str, Any], places: Places) -> bool:
+        """Every file the entry lists has the hash it lists, where this build finds it (a
+        well-formed entry only)."""
         if not _inputs_sound(entry):
             return False
+        paths = {places.path(name): digest for name, digest in entry["inputs"].items()}
+        if None in paths:
+            return False  # a folder this build has not
         try:
-            return all(self._hash(Path(path)) == digest for path, digest in entry["inputs"].items())
+            return all(self._hash(path) == digest for path, digest in paths.items() if path is not None)
         except OSError:
             return False  # an input vanished, or is no plain file
 
@@ -183,6 +202,7 @@ class ObjectCache:
         cwd: Path,
         started: float,
         env: Mapping[str, str] | None = None,
+        places: Places = NOWHERE,
     ) -> None:
         """Record a compile's object and what it read (never fails the build).
 
@@ -192,8 +212,8 @@ class ObjectCache:
             read = parse_depfile(depfile.read_text(), base=cwd)
             if not read or any(_changed_since(p, started) for p in read):
                 return
-            inputs = {str(p): self._hash(p) for p in read}
-            key = self._key(argv, output, compilers, env)
+            inputs = {places.listed(p): self._hash(p) for p in read}
+            key = self._key(argv, output, compilers, env, places)
             data = output.read_bytes()
             content = hashlib.sha256(data).hexdigest()
             self._write(self.writes / "objects" / content, data)
@@ -294,8 +314,15 @@ class ObjectCache:
             return []
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
-    def _key(self, argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None) -> str:
-        return key_of(key_parts(argv, output, compilers, env))
+    def _key(
+        self,
+        argv: list[str],
+        output: Path,
+        compilers: list[str],
+        env: Mapping[str, str] | None = None,
+        places: Places = NOWHERE,
+    ) -> str:
+        return key_of(key_parts(argv, output, compilers, env, places))
 
     def _manifest_path(self, key: str, root: Path | None = None) -> Path:
         return (root or self.root) / "manifests" / key[:2] / f"{key}.json"
@@ -324,14 +351,20 @@ class ObjectCache:
 
 
 def key_parts(
-    argv: list[str], output: Path, compilers: list[str], env: Mapping[str, str] | None = None
+    argv: list[str],
+    output: Path,
+    compilers: list[str],
+    env: Mapping[str, str] | None = None,
+    places: Places = NOWHERE,
 ) -> tuple[list[str], list[str | None], dict[str, str | None]]:
-    """What a compile is looked up by: its command line without its output, what its
-    compilers say they are, and the variables that change a compile unseen. Two builds
-    whose compiles miss each other's entries differ here, or in the files they read."""
+    """What a compile is looked up by: its command line without its output, the folders
+    of places by name, what its compilers say they are, and the variables that change a
+    compile unseen. Two builds whose compiles miss each other's entries differ here, or
+    in the files they read."""
     env = os.environ if env is None else env
     environment = {name: env.get(name) for name in COMPILER_ENVIRONMENT}
-    return [a for a in argv if a != str(output)], [compiler_identity(c) for c in compilers], environment
+    command = places.command([a for a in argv if a != str(output)])
+    return command, [compiler_identity(c) for c in compilers], environment
 
 
 def key_of(parts: tuple[list[str], list[str | None], dict[str, str | None]]) -> str:
@@ -339,19 +372,20 @@ def key_of(parts: tuple[list[str], list[str | None], dict[str, str | None]]) -> 
 
 
 def write_key_record(
-    path: Path, compiles: list[tuple[str, list[str], Path, list[str]]], env: Mapping[str, str]
+    path: Path, compiles: list[tuple[str, list[str], Path, list[str], Places]], env: Mapping[str, str]
 ) -> None:
-    """path: each compile's key and its parts (label, key, argv, compilers, environment), as
-    JSON: diffing two builds' records shows why one missed the other's objects. Never
-    fails the build."""
+    """path: each compile's key and its parts (label, key, argv as run, without its output;
+    the folders the key names by name; compilers, environment), as JSON: diffing two builds'
+    records shows why one missed the other's objects. Never fails the build."""
     records = []
-    for label, argv, output, compilers in compiles:
-        command, identities, environment = parts = key_parts(argv, output, compilers, env)
+    for label, argv, output, compilers, places in compiles:
+        _, identities, environment = parts = key_parts(argv, output, compilers, env, places)
         records.append(
             {
                 "step": label,
                 "key": key_of(parts),
-                "argv": command,
+                "argv": [a for a in argv if a != str(output)],
+                "folders": [[str(folder), name] for folder, name in places.folders.items()],
                 "compilers": identities,
                 "environment": environment,
             }
@@ -362,15 +396,12 @@ def write_key_record(
 
 
 def _inputs_sound(entry: dict[str, Any]) -> bool:
-    """An entry's inputs: absolute paths, each with a sha256."""
+    """An entry's inputs: absolute paths or a folder's by name (portable.py), each with a sha256."""
     inputs = entry.get("inputs")
     return (
         isinstance(inputs, dict)
         and bool(inputs)
-        and all(
-            isinstance(p, str) and p.startswith("/") and isinstance(d, str) and _SHA256.match(d)
-            for p, d in inputs.items()
-        )
+        and all(listed_soundly(p) and isinstance(d, str) and _SHA256.match(d) for p, d in inputs.items())
     )
 
 
