@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiers import full_only
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_DIR = REPO / "kernel"
@@ -66,6 +67,10 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+        # tests/tiers.py: CI's gate leaves it to `scripts/test --full`; never a test of the fast
+        # loop (a module's cheap tests stay in the gate with it).
+        if full_only(item.nodeid) and _full_loop_only(item):
+            item.add_marker("full")
 
 
 _running: list[pytest.Item] = []

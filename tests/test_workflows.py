@@ -1763,11 +1763,14 @@ def test_a_schedule_checks_upstream_releases():
     assert_signer_refs_follow_the_default_branch(check)
 
 
-def test_ci_runs_the_projects_test_command():
+def test_ci_runs_the_projects_test_command_and_everything_on_main_and_nightly():
     workflow = load(WORKFLOW_DIR / "ci.yml")
-    assert set(workflow["on"]) == {"push", "pull_request"}
-    (job,) = workflow["jobs"].values()
-    assert job["steps"][-1]["run"] == "scripts/test"
+    assert set(workflow["on"]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
+    gate, full = workflow["jobs"]["test"], workflow["jobs"]["full"]
+    assert gate["steps"][-1]["run"] == "scripts/test" and full["steps"][-1]["run"] == "scripts/test --full"
+    assert gate["if"] == "${{ github.event_name == 'push' || github.event_name == 'pull_request' }}"
+    assert "github.ref == 'refs/heads/main'" in full["if"] and "'schedule'" in full["if"]
+    assert gate["permissions"] == full["permissions"] == {"contents": "read"}
 
 
 @pytest.mark.parametrize(

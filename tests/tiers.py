@@ -1,0 +1,85 @@
+"""Which tests CI's gate leaves to the full run, and why.
+
+`scripts/test` (README's test command, what `.ci/run` and ci.yml's push and pull-request job
+run) must stay under 12 minutes on 2 cores; the whole suite takes about 40 there, 3655 s of
+worker time of it in the tests that build, need the container engine or build the corpus.
+The gate keeps every test that starts a process or checks a file, and of the building ones
+at least one per path: a native build, loaded and its suite run (`built`); a cell built in a
+container and loaded on the host; publish, reuse and verify against the Hub stand-in;
+signatures; the container's confinement; each supported loader version installed beside
+ours, planning and testing a variant. What it leaves out below is the same paths again with
+another kernel, edition, cache state or workflow: seconds to minutes each.
+
+`scripts/test --full` runs everything (what ci.yml runs on main, nightly and before a release;
+and what a session runs before it stops): these are marked `full`, and a key below that
+names no test fails tests/test_tiers.py. Seconds: a full run on 2 cores at e4b64c2."""
+
+from __future__ import annotations
+
+# A module, a test of it (every parameter) or one parameter -> why it waits for the full run.
+# Only the tests of a key that build, need the engine, build the corpus or start Python are
+# left out: the fast loop's tests of a module stay in the gate.
+FULL_ONLY = {
+    # Workflow replays: every `run:` line of build.yml and the caller as GitHub runs them.
+    "tests/test_first_run.py": "a push and a tag run of relu's repository, two cold container builds, seven installs from git: 322 s",
+    "tests/test_adoption.py": "build.yml's replay (201 s) and a repository of two kernels adopting kernel-matrix (311 s)",
+    # The README's and docs' commands, verbatim (the gate checks that each has a test).
+    "tests/test_readme.py::test_the_main_command_builds_and_tests": "a clone's own native build and suite: 122 s",
+    "tests/test_readme.py::test_the_commands_for_your_kernel": "relu's folder built, tested and checked: 73 s",
+    "tests/test_readme.py::test_the_container_and_wheel_commands": "a cell and a wheel: 43 s",
+    "tests/test_packaging.py::test_the_release_smoke_test_installs_the_wheel_and_runs_it": "74 s",
+    "tests/test_packaging.py::test_the_readme_commands_for_your_kernels_repository_from_git": "15 s",
+    # Other kernels, and other editions of them (the gate builds img2gray).
+    "tests/test_corpus.py": "the corpus's CPU-buildable cells and their own suites: 260 s",
+    "tests/test_edition6.py::test_relu_in_edition_6_builds_its_cpu_variant_and_passes_its_suite": "90 s",
+    "tests/test_real_kernels.py::test_a_kernels_own_registration_h_is_built_unchanged_and_loads": "128 s",
+    "tests/test_kernel_suite.py::test_relus_cpu_suite_still_runs_on_the_cpu_job_and_fails_a_broken_variant": "95 s",
+    "tests/test_kernel_suite.py::test_activations_cuda_variant_on_the_cpu_job_is_loaded_and_its_suite_said_to_need_a_gpu": "45 s",
+    "tests/test_kernel_suite.py::test_a_cuda_only_kernels_variant_without_a_gpu_is_loaded_and_its_suite_not_run": "49 s",
+    "tests/test_kernel_suite.py::test_test_finds_the_variant_a_python_only_kernel_was_built_as": "four Python-only kernels: 40 s",
+    "tests/test_several_kernels.py::test_native_build_test_clean_and_publish_of_two_kernels": "36 s",
+    "tests/test_sections.py": "kernels of several sections: 44 s",
+    "tests/test_genex.py": "a kernel with CMake generator expressions: 21 s",
+    "tests/test_dependencies.py::test_every_compile_sees_every_sections_dependencies_the_binding_too": "18 s",
+    "tests/test_tvm_ffi.py::test_a_tvm_ffi_kernel_builds_loads_and_passes_its_own_suite": "47 s",
+    "tests/test_tvm_ffi.py::test_published_tvm_ffi_variants_are_what_get_kernel_picks": "34 s",
+    # Builds again, cold or from other folders (reproducibility, the cache, the namespace).
+    "tests/test_reproducible.py::test_two_cold_builds_from_other_paths_are_byte_identical": "two cold builds per backend: 113 s",
+    "tests/test_reproducible.py::test_the_object_cache_never_changes_a_result": "the cold builds' fixture",
+    "tests/test_reproducible.py::test_no_host_path_is_recorded_in_the_library": "the cold builds' fixture",
+    "tests/test_reproducible.py::test_a_cell_built_twice_in_its_builder_image_is_byte_identical_and_verifies": "89 s",
+    "tests/test_objcache.py::test_changing_one_source_recompiles_only_it_and_renames_the_namespace": "35 s",
+    "tests/test_objcache.py::test_each_build_records_what_its_compiles_are_looked_up_by": "four builds: 27 s",
+    "tests/test_native_build.py::test_sources_compile_as_kernel_builders_release_target_does": "27 s",
+    "tests/test_native_build.py::test_changed_sources_give_a_new_namespace": "26 s",
+    "tests/test_native_build.py::test_a_build_request_makes_exactly_that_cell_or_nothing": "19 s",
+    "tests/test_native_build.py::test_a_failed_build_keeps_the_previous_variant_and_leaves_nothing_partial": "15 s",
+    "tests/test_native_build.py::test_a_compiler_that_links_libstdcxx_statically_is_refused": "15 s",
+    "tests/test_builder_checks.py::test_a_variant_that_does_not_load_fails_the_build_and_keeps_the_built_one": "20 s",
+    "tests/test_cli.py::test_test_with_a_python_that_does_not_exist_is_one_line": "50 s",
+    "tests/test_init.py::test_build_test_check_abi_and_clean_from_a_kernels_folder": "65 s",
+    # Containers beyond the one cell the gate builds.
+    "tests/test_container_build.py::test_a_dependencys_headers_reach_the_build_container": "64 s",
+    "tests/test_container_build.py::test_rebuilding_reuses_the_images_and_skips_what_is_built": "65 s",
+    "tests/test_container_build.py::test_the_newest_torchs_pypi_cuda_cell_builds_in_its_container_and_passes_the_abi_check": "36 s",
+    "tests/test_container_build.py::test_a_tvm_ffi_cell_builds_in_the_offline_builder_up_to_its_abi_gate": "13 s",
+    "tests/security/test_cache_poisoning.py": "two kernels' container builds sharing a cache: 80 s",
+    "tests/security/test_hostile_inputs_round4_cache.py": "planted objects and a deps cache edited between builds: 43 s",
+    "tests/security/test_index_attacks.py::test_no_installed_code_reaches_a_network_or_the_callers_pip_settings": "30 s",
+    # Publish, reuse, verify and wheels again (the gate keeps one of each).
+    "tests/test_reuse.py::test_a_published_variant_built_from_the_same_inputs_is_reused_and_anything_else_is_built": "139 s",
+    "tests/test_reproducible.py::test_verify_names_each_changed_file_of_local_variants": "19 s",
+    "tests/test_reproducible.py::test_verify_reads_the_kernel_from_the_matrix_as_every_command_does": "20 s",
+    "tests/test_reproducible.py::test_verify_reads_the_branch_publish_writes": "15 s",
+    "tests/test_reproducible.py::test_verify_a_hub_release_names_the_changed_file": "14 s",
+    "tests/test_signatures.py::test_a_signed_release_on_the_hub_verifies_and_a_tampered_file_is_named": "14 s",
+    "tests/test_wheels.py::test_cibuildwheel_makes_a_repaired_wheel_that_installs_and_passes_the_suite": "46 s",
+    "tests/test_wheels.py::test_pip_accepts_the_matching_wheel_and_refuses_the_wrong_torch": "15 s",
+    # A compiler's escapes (a build with a hostile #error); the gate keeps a container's failure line escaped.
+    "tests/security/test_hostile_inputs_round4_buildfolder.py::test_an_escape_sequence_in_a_compilers_output_is_printed_escaped": "20 s",
+}
+
+
+def full_only(nodeid: str) -> bool:
+    """Whether a test (its pytest node id) waits for the full run."""
+    return any(nodeid == key or nodeid.startswith((key + "::", key + "[")) for key in FULL_ONLY)
