@@ -1768,7 +1768,7 @@ def test_ci_runs_the_projects_test_command_and_everything_on_main_and_nightly():
     assert set(workflow["on"]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
     gate, full = workflow["jobs"]["test"], workflow["jobs"]["full"]
     assert gate["steps"][-1]["run"] == "scripts/test" and full["steps"][-1]["run"] == "scripts/test --full"
-    assert gate["if"] == "${{ github.event_name == 'push' || github.event_name == 'pull_request' }}"
+    assert gate["if"] == "${{ github.event_name != 'schedule' && github.event_name != 'workflow_dispatch' }}"
     assert "github.ref == 'refs/heads/main'" in full["if"] and "'schedule'" in full["if"]
     assert gate["permissions"] == full["permissions"] == {"contents": "read"}
 

@@ -168,10 +168,11 @@ def test_every_workflow_condition_on_the_event_is_the_codes_definition():
             assert not set(compared) & PULL_REQUEST_EVENTS, (path.name, expression)
     # The places that ask it: the selection (profile), the three runners (build, test-cpu, images), the GPU
     # fork rule, the images job's `if` (never for a pull request), and the concurrency groups of the callers
-    # and ci.yml.
+    # and ci.yml; ci.yml's two jobs (the gate, but on a schedule or by hand; everything then and on main).
     assert sorted(found) == sorted(
         [("build.yml", 1)] * 2
         + [("ci.yml", 1)] * 2
+        + [("ci.yml", 0)] * 2
         + [("caller-workflow.yml.in", 1)] * 2
         + [("reusable-build.yml", 1)] * 6
         + [("reusable-build.yml", 0)] * 2  # publish and release-wheels: a push or a dispatch
