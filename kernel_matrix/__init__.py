@@ -13,11 +13,15 @@ The package reads top-down, each group using only the groups above it:
   container engine.
 - ``releasing``: what leaves the machine: release contents, wheels, the kernel card,
   publishing to the Hub and verifying a release, and cleaning the project.
+- ``adopting``: what ``kernel-matrix init`` sets up in a kernel's repository: the kernels
+  found, the commit of kernel-matrix its workflows pin (checked on GitHub), where the
+  matrix's jobs run, and the files it writes from templates.
 - ``running``: what composes a plan, its build and its checks for one job (a native build,
   for ``kernel-matrix build`` and the build container's worker alike).
 - ``cli``: the ``kernel-matrix`` command, which only parses options and calls the above.
 
-``errors`` (exit codes) and ``layout`` (where things go under --build-dir) serve all of them.
+``errors`` (exit codes), ``layout`` (where things go under --build-dir) and ``data`` (the
+version tables and defaults) serve all of them, and import none.
 """
 
 from pathlib import Path

@@ -247,8 +247,8 @@ def test_init_writes_the_daily_upstream_check_in_a_file_of_its_own(relu, github)
     build = yaml.safe_load((workflows / "kernel-matrix.yml").read_text())
     assert "schedule" not in build[True]
     (cron,) = daily[True]["schedule"]
-    from kernel_matrix.cli.init import upstream_text
-    from kernel_matrix.cli.init_pin import Pin
+    from kernel_matrix.adopting.files import upstream_text
+    from kernel_matrix.adopting.pin import Pin
 
     pin = Pin("o/r", commit, "1.0", frozenset({"reusable-build.yml", "reusable-upstream.yml"}))
     minutes = {

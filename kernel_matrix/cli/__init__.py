@@ -2,7 +2,7 @@
 developer can run locally; errors are one line on stderr and a distinct exit code.
 
 One module per group of commands: matrix.py (matrix), images.py (builder-images), build.py (build,
-shell), wheels.py (wheels), checks.py (test, check-abi, verify), release.py (publish, clean); the
+shell), wheels.py (wheels), checks.py (test, check-abi), verify.py (verify), release.py (publish, clean); the
 options they share in options.py, tables in render.py, output in console.py."""
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 import typer
 
 from kernel_matrix.cli.build import build, shell
-from kernel_matrix.cli.checks import check_abi, test, verify
+from kernel_matrix.cli.checks import check_abi, test
 from kernel_matrix.cli.console import error
 from kernel_matrix.cli.images import builder_images
 from kernel_matrix.cli.init import init
 from kernel_matrix.cli.matrix import matrix
 from kernel_matrix.cli.release import clean, publish
 from kernel_matrix.cli.test_variant import SETTINGS, test_variant
+from kernel_matrix.cli.verify import verify
 from kernel_matrix.cli.wheels import wheels
 from kernel_matrix.errors import ExitCode, KernelMatrixError
 
