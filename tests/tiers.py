@@ -29,6 +29,9 @@ FULL_ONLY = {
     "tests/test_readme.py::test_the_container_and_wheel_commands": "a cell and a wheel: 43 s",
     "tests/test_packaging.py::test_the_release_smoke_test_installs_the_wheel_and_runs_it": "74 s",
     "tests/test_packaging.py::test_the_readme_commands_for_your_kernels_repository_from_git": "15 s",
+    # The whole suite of img2gray (its exhaustive CPU check) again, against the CUDA variant: on a
+    # machine without a GPU it runs what the CPU variant's run does.
+    "tests/test_kernel_suite.py::test_kernel_suite_passes_against_the_built_variant[cuda]": "43 s",
     # Other kernels, and other editions of them (the gate builds img2gray).
     "tests/test_corpus.py": "the corpus's CPU-buildable cells and their own suites: 260 s",
     "tests/test_edition6.py::test_relu_in_edition_6_builds_its_cpu_variant_and_passes_its_suite": "90 s",
