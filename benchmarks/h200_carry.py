@@ -12,7 +12,8 @@ CARRY/cutlass-deps.tgz  the pins they depend on, fetched by kernel-matrix's own 
                    host cannot download from GitHub: --cutlass-git names a git folder of
                    NVIDIA/cutlass (the `fetch` tool's mirror), whose `git archive` of the commit is
                    served on loopback (the digest check is the same)
-CARRY/km/          kernel-matrix at HEAD (git archive)
+CARRY/km/          kernel-matrix at --km-commit (default HEAD; git archive), CARRY/km-commit its hash:
+                   a pinned commit keeps the object cache's keys while HEAD moves
 The carry travels in one call's 64 MiB with its object parts (CARRY/objects/): keep it slim.
 """
 
@@ -23,6 +24,7 @@ import dataclasses
 import functools
 import http.server
 import io
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -117,6 +119,7 @@ def main() -> None:
     parser.add_argument("kernels", nargs="*", help="kernels-community kernels, by folder name")
     parser.add_argument("--kernels-community", type=Path, required=True, help="its git folder")
     parser.add_argument("--kc-commit", default=KC_COMMIT)
+    parser.add_argument("--km-commit", default="HEAD", help="the kernel-matrix commit carried as CARRY/km")
     parser.add_argument("--cutlass-git", type=Path, help="a git folder of NVIDIA/cutlass, for archive pins")
     parser.add_argument("--extra-wheel", action="append", default=[], help="another requirement to carry")
     parser.add_argument(
@@ -151,9 +154,12 @@ def main() -> None:
                 if not folder.name.startswith("."):
                     out.add(folder, arcname=folder.name)
     (carry / "kc-commit").write_text(args.kc_commit + "\n")
+    km_commit = git(Path(".git"), "rev-parse", "--verify", f"{args.km_commit}^{{commit}}").decode().strip()
     km = carry / "km"
-    km.mkdir(exist_ok=True)
-    untar(git(Path(".git"), "archive", "HEAD", "kernel_matrix", "pyproject.toml"), km)
+    shutil.rmtree(km, ignore_errors=True)  # an older carry's km/: no file of another commit left in it
+    km.mkdir()
+    untar(git(Path(".git"), "archive", km_commit, "kernel_matrix", "pyproject.toml"), km)
+    (carry / "km-commit").write_text(km_commit + "\n")
     size = sum(p.stat().st_size for p in carry.rglob("*") if p.is_file())
     print(f"{carry}: {size / 2**20:.1f} MiB (a call carries 64 MiB together with the checkout)")
 

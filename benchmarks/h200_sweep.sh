@@ -13,6 +13,8 @@
 #   benchmarks/h200_sweep.sh snap WORK OUT          # the same parts, the driver left running
 #   benchmarks/h200_sweep.sh go CARRY WORK END OUT SECS  # one call: `start` unless the last call's
 #                                                   # sweep is still there (running or done), `wait`, `snap`
+#                                                   # (`save` with SWEEP_GO_SAVE=1; SWEEP_WAIT_FOR="TEST k":
+#                                                   # `wait` ends too once the summary has that line)
 #
 # A build longer than one call (flash-attn2: 77 objects, ~16 minutes of the 16 cores) goes on in the
 # next call, of this session or the next: `save` brings its compiled objects back, and `start` with
@@ -34,7 +36,10 @@
 #                            suite, comma-separated (causal-conv1d gets -n,8 unless named here)
 #   SWEEP_KM_TREE=1          run the device's working tree's kernel_matrix (from the repository's root),
 #                            not CARRY/km: what every run before the tenth did without meaning to; only
-#                            to reuse object parts saved so (their compiles name /work/main/kernel_matrix)
+#                            to reuse object parts saved so (their compiles name /work/main/kernel_matrix).
+#                            `start` and `go` first make that tree's kernel_matrix/ CARRY/km's, file for
+#                            file (each call's working tree is this checkout's, with whatever is uncommitted
+#                            in it): the keys hit only with the compile commands of the commit that saved them
 #   SWEEP_LOW_PRIORITY="k1 ..."  builds that only take the CPU the others leave: a cgroup v2 child of
 #                            cpu.weight 1 (nice cannot do it: kernel-matrix starts each compiler in a
 #                            session of its own, so with autogroup every compiler is its own group)
@@ -105,7 +110,13 @@ stop_driver() {  # WORK: stop a sweep `start` began there, by the PIDs it kept
 if [ "$mode" = wait ]; then
   work=${2:?WORK} out=${3:?OUT} secs=${4:-540}
   end=$((SECONDS + secs))
-  while [ ! -e "$work/DONE" ] && [ $SECONDS -lt $end ]; do sleep 5; done
+  # SWEEP_WAIT_FOR="TEST flash-attn2": also stop waiting once the summary has that line (its fields
+  # by spaces), e.g. a suite's end while a low-priority build goes on
+  until_line=${SWEEP_WAIT_FOR:+^${SWEEP_WAIT_FOR// /$'\t'}$'\t'}
+  while [ ! -e "$work/DONE" ] && [ $SECONDS -lt $end ]; do
+    [ -n "$until_line" ] && grep -q "$until_line" "$work/summary.tsv" 2>/dev/null && break
+    sleep 5
+  done
   # builds still running: their progress so far ([objects done/total]) from their logs
   : >"$work/running.tsv"
   for log in "$work"/logs/build-*.log; do
@@ -118,7 +129,7 @@ if [ "$mode" = wait ]; then
   # across machines is diffed from two of them)
   mapfile -t records < <(cd "$work" && compgen -G 'builds/*/logs/*.cache-keys.json')
   tar czf "$out/logs.tgz" -C "$work" logs "${records[@]}" 2>/dev/null
-  [ -e "$work/DONE" ] && echo "DONE" || echo "STILL RUNNING after ${secs}s (driver at $(elapsed)s)"
+  [ -e "$work/DONE" ] && echo "DONE" || echo "STILL RUNNING after ${SECONDS}s of waiting (driver at $(elapsed)s)"
   cut -c1-200 "$work/summary.tsv"; cat "$work/running.tsv"
   exit 0
 fi
@@ -139,18 +150,43 @@ if [ "$mode" = save ] || [ "$mode" = snap ]; then  # WORK OUT: bring the object 
   exit 0
 fi
 
+km_tree() {  # CARRY: the working tree's kernel_matrix/ made CARRY/km's (SWEEP_KM_TREE=1 only)
+  # Files that differ are replaced and files CARRY/km lacks removed; the same ones are left alone.
+  # Each call's copy of the checkout has replaced this folder, with the checkout's uncommitted
+  # changes, and a driver still running from it imports and pre-includes from it.
+  [ "${SWEEP_KM_TREE:-0}" = 1 ] || return 0
+  local src tree f changed=0
+  src=$(realpath "$1")/km/kernel_matrix tree=$(dirname "$(dirname "$self")")/kernel_matrix
+  [ -d "$src" ] && [ -d "$tree" ] || { echo "km_tree: no $src or $tree"; return 1; }
+  while IFS= read -r f; do
+    [ -e "$src/$f" ] || { rm -f "$tree/$f"; changed=$((changed + 1)); }
+  done < <(cd "$tree" && find . -type f ! -path '*/__pycache__/*')
+  while IFS= read -r f; do  # folders left with no source (a package of a later commit)
+    [ -d "$tree/$f" ] && [ -z "$(find "$tree/$f" -type f ! -path '*/__pycache__/*' | head -1)" ] && rm -rf "${tree:?}/$f"
+  done < <(cd "$tree" && find . -mindepth 1 -type d ! -name __pycache__)
+  while IFS= read -r f; do
+    cmp -s "$src/$f" "$tree/$f" && continue
+    mkdir -p "$(dirname "$tree/$f")" && cp "$src/$f" "$tree/$f" || return 1
+    changed=$((changed + 1))
+  done < <(cd "$src" && find . -type f)
+  diff -rq -x __pycache__ "$src" "$tree" >/dev/null || { echo "km_tree: $tree still differs from $src"; return 1; }
+  echo "km_tree: $tree is CARRY/km's ($(cat "$1/km-commit" 2>/dev/null || echo 'no km-commit')), $changed files changed"
+}
+
 if [ "$mode" = go ]; then  # CARRY WORK END OUT SECS: one call of a sweep that spans calls
   # A sweep running (or done) in WORK, on the last call's machine still warm: wait for it. Else (a
   # fresh machine, or a driver that ended without DONE) `start` it, with the objects the carry has.
   # Then wait SECS and `snap`. The call that must end the sweep runs `save` instead (or after).
   carry=${2:?CARRY} work=${3:?WORK} end=${4:?END} out=${5:?OUT} secs=${6:?SECS}
+  km_tree "$carry" || exit 3
   if [ -e "$work/DONE" ] || { [ -f "$work/driver.pid" ] && kill -0 -- "-$(cat "$work/driver.pid")" 2>/dev/null; }; then
     echo "the sweep in $work is the last call's (started at $(cat "$work/t0" 2>/dev/null), END $(cat "$work/end" 2>/dev/null)): waiting"
   else
     "$self" start "$carry" "$work" "$end" || exit 3
   fi
   "$self" wait "$work" "$out" "$secs"
-  "$self" snap "$work" "$out"
+  # SWEEP_GO_SAVE=1: the sweep's last call, which stops the driver (`save`) instead of `snap`
+  if [ "${SWEEP_GO_SAVE:-0}" = 1 ]; then "$self" save "$work" "$out"; else "$self" snap "$work" "$out"; fi
   exit 0
 fi
 
@@ -192,6 +228,7 @@ if [ "$mode" = start ]; then
   # headers, which each call's new working tree changes, so compiles spanning a call were not stored)
   # SWEEP_KM_TREE=1 keeps the old way (the working tree's kernel_matrix, from its root): only for
   # object caches saved that way (their keys name /work/main/kernel_matrix), the ninth run's parts.
+  km_tree "$carry" || exit 3
   [ "${SWEEP_KM_TREE:-0}" = 1 ] || cd "$work" || exit 3
   export PYTHONPATH=$work/km
   km --version || exit 3
@@ -199,7 +236,10 @@ if [ "$mode" = start ]; then
   nvcc --version | tail -2 | head -1
   date +%s >"$work/t0"
   echo "$end" >"$work/end"
-  for var in ${!SWEEP_*}; do echo "export $var=${!var@Q}"; done >"$work/env"  # the driver's settings
+  for var in ${!SWEEP_*}; do  # the driver's settings (not a call's own: `wait` and `go` read WORK/env)
+    case $var in SWEEP_WAIT_FOR|SWEEP_GO_SAVE) continue ;; esac
+    echo "export $var=${!var@Q}"
+  done >"$work/env"
   setsid nohup "$work/driver.sh" run "$work" >"$work/driver.log" 2>&1 </dev/null &
   echo $! >"$work/driver.pid"  # setsid: the driver leads its own process group, which `save` stops
   echo "started"
