@@ -114,6 +114,9 @@ def test_places_name_a_folder_only_where_a_path_starts_and_only_the_whole_folder
     assert places.command(["g++", *maps]) == short.command(
         ["g++", *reversed([m.replace("/x/kernel=", "/k=") for m in maps])]
     )
+    # A map of build.toml's own, elsewhere on the line, keeps its place (gcc tries the last first).
+    user = "-ffile-prefix-map=/x/kernel=evil"
+    assert places.command(["g++", *maps, "-O2", user]) != places.command(["g++", user, "-O2", *maps])
     # What a compile read: named by the folder's place, found where this build has it.
     assert places.listed(Path("/x/kernel/csrc/a.h")) == "$0/csrc/a.h"
     assert places.listed(Path("/usr/include/stdio.h")) == "/usr/include/stdio.h"

@@ -57,14 +57,19 @@ class Places:
         return "".join([*parts, arg[done:]])
 
     def command(self, argv: list[str]) -> list[str]:
-        """argv as the cache keys it: each argument's folders named, and the prefix maps of
-        named folders in one order. PathMap orders them by the folders' lengths (gcc needs
-        /x/kernel_matrix's map tried before /x/kernel's), which differ between checkouts;
-        each order maps every folder to its name, so the object is the same."""
+        """argv as the cache keys it: each argument's folders named, and each run of adjacent
+        prefix maps of named folders in one order. PathMap writes its maps together, ordered by
+        the folders' lengths (gcc needs /x/kernel_matrix's map tried before /x/kernel's), which
+        differ between checkouts; each order maps every folder to its name, so the object is
+        the same. A map elsewhere on the line (build.toml's own) keeps its place."""
         command = [self.argument(a) for a in argv]
-        maps = [i for i, a in enumerate(command) if _NAMED_PREFIX_MAP.match(a)]
-        for i, arg in zip(maps, sorted(command[i] for i in maps), strict=True):
-            command[i] = arg
+        start = 0
+        while start < len(command):
+            end = start
+            while end < len(command) and _NAMED_PREFIX_MAP.match(command[end]):
+                end += 1
+            command[start:end] = sorted(command[start:end])
+            start = end + 1
         return command
 
     def listed(self, path: Path) -> str:
