@@ -3,15 +3,15 @@
 `scripts/test` (README's test command, what `.ci/run` and ci.yml's push and pull-request job
 run) must stay under 12 minutes on 2 cores; the whole suite takes about 40 there, 3655 s of
 worker time of it in the tests that build, need the container engine or build the corpus.
-The gate keeps every test that starts a process or checks a file, and of the building ones
-at least one per path: a native build, loaded and its suite run (`built`); a cell built in a
-container and loaded on the host; publish, reuse and verify against the Hub stand-in;
-signatures; the container's confinement; each supported loader version installed beside
-ours, planning and testing a variant. What it leaves out below is the same paths again with
-another kernel, edition, cache state or workflow: seconds to minutes each.
+The gate keeps every test of the fast loop, nearly all that start a process, and of the
+building ones at least one per path: a native build, loaded and its suite run (`built`); a
+cell built in a container and loaded on the host; publish and reuse against the Hub stand-in;
+verify of signatures; the container's confinement; each supported loader version installed
+beside ours, planning and testing a variant. What it leaves out below is the same paths again
+with another kernel, edition, cache state or workflow: seconds to minutes each.
 
-`scripts/test --full` runs everything (what ci.yml runs on main, nightly and before a release;
-and what a session runs before it stops): these are marked `full`, and a key below that
+`scripts/test --full` runs everything (what ci.yml runs on main, nightly and by hand, and
+what a session runs before it stops): these are marked `full`, and a key below that
 names no test fails tests/test_tiers.py. Seconds: a full run on 2 cores at e4b64c2."""
 
 from __future__ import annotations
