@@ -17,12 +17,11 @@ import collections
 import difflib
 import itertools
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from kernel_matrix.building.portable import Places
+from kernel_matrix.building.portable import Places, shown
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
@@ -34,7 +33,7 @@ def keyed_argv(record: dict[str, Any]) -> list[str]:
     """A record's command line as its key reads it, each named folder shown as <name>
     (records written before folders were named have none)."""
     places = Places({Path(folder): name for folder, name in record.get("folders", [])})
-    return [re.sub("\0\\d+:([^\0]*)\0", r"<\1>", arg) for arg in places.command(record["argv"])]
+    return [shown(arg) for arg in places.command(record["argv"])]
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from conftest import ONE_KERNEL_TEST, REPO, kernel_matrix
 
 from kernel_matrix.building.compile import Step, run_steps
 from kernel_matrix.building.objcache import MAX_RECIPES, ObjectCache, parse_depfile
-from kernel_matrix.building.portable import Places
+from kernel_matrix.building.portable import Places, shown
 from kernel_matrix.building.recipe import recipe_digest
 
 CXX = shutil.which("g++")
@@ -126,6 +126,19 @@ def test_places_name_a_folder_only_where_a_path_starts_and_only_the_whole_folder
     # An entry cannot climb out of a folder, or name one this build has not.
     for hostile in ("$0/../etc/passwd", "$0/csrc/../../etc/passwd", "$0//etc/passwd", "$7/a.h", "relative/a.h"):
         assert elsewhere.path(hostile) is None, hostile
+
+
+def test_an_entry_naming_one_file_twice_needs_both_digests_to_hold(tmp_path):
+    header = tmp_path / "kernel" / "a.h"
+    header.parent.mkdir()
+    header.write_text("#define A 1\n")
+    digest = hashlib.sha256(header.read_bytes()).hexdigest()
+    places = Places({header.parent: "kernel"})
+    cache = ObjectCache(tmp_path / "cache")
+    assert cache._inputs_match({"inputs": {"$0/a.h": digest, str(header): digest}}, places)
+    assert not cache._inputs_match({"inputs": {"$0/a.h": digest, str(header): "0" * 64}}, places)
+    assert not cache._inputs_match({"inputs": {"$0/a.h": "0" * 64, str(header): digest}}, places)
+    assert shown(places.argument(f"-I{header.parent}")) == "-I<kernel>"
 
 
 def test_a_copy_of_a_folder_elsewhere_takes_its_objects_and_an_edited_copy_compiles(tmp_path):

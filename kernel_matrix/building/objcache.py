@@ -166,11 +166,12 @@ class ObjectCache:
         well-formed entry only)."""
         if not _inputs_sound(entry):
             return False
-        paths = {places.path(name): digest for name, digest in entry["inputs"].items()}
-        if None in paths:
+        # Pairs, not a mapping: two listed names of one file each keep their own digest.
+        paths = [(places.path(name), digest) for name, digest in entry["inputs"].items()]
+        if any(path is None for path, _ in paths):
             return False  # a folder this build has not
         try:
-            return all(self._hash(path) == digest for path, digest in paths.items() if path is not None)
+            return all(self._hash(path) == digest for path, digest in paths if path is not None)
         except OSError:
             return False  # an input vanished, or is no plain file
 

@@ -26,6 +26,8 @@ _PATH_START = re.compile(r"(?:^|(?<=[=,])|(?<=^-[A-Za-z]))(?=/)")
 # What may follow a folder in an argument for it to be that folder (not /x/kernel_matrix for /x/kernel).
 _FOLDER_END = "/=,"
 _LISTED = re.compile(r"\$(\d+)/(.+)")
+# A folder's token in a keyed argument (Places.argument writes it).
+_TOKEN = re.compile("\0\\d+:([^\0]*)\0")
 # A prefix map of a named folder, as compile.PathMap writes it for gcc and for nvcc's host compiler.
 _NAMED_PREFIX_MAP = re.compile(r"(?:-Xcompiler=)?-ffile-prefix-map=\0")
 
@@ -92,6 +94,11 @@ class Places:
         if inside.is_absolute() or any(part in ("..", ".", "") for part in match[2].split("/")):
             return None
         return Path(self._by_index[int(match[1])]) / inside
+
+
+def shown(arg: str) -> str:
+    """A keyed argument for people: each folder's token as <name>."""
+    return _TOKEN.sub(r"<\1>", arg)
 
 
 def listed_soundly(name: object) -> bool:

@@ -97,8 +97,8 @@ def verify(
             signer,
             repo_id=repo_id,
             trust_root=trust_root,
-            log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
-            report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
+            log=_log,
+            report=_report,
         )
         return
     kernels = selection_of(file, kernel=kernel, kernel_dir=kernel_dir).kernel_folders()
@@ -119,9 +119,8 @@ def verify(
         matrix_file=file,
         image_kind=image.value if image else None,
         in_container=in_container,
-        # Unwrapped: a line names a file and its digests, for people and scripts alike.
-        log=lambda message: console.print(message, markup=False, highlight=False, soft_wrap=True),
-        report=lambda line: stdout.print(line, markup=False, highlight=False, soft_wrap=True),
+        log=_log,
+        report=_report,
         signer=signer,
         trust_root=trust_root,
         rebuild=not signatures_only,
@@ -132,3 +131,12 @@ def check_verify_options(repo_id: str | None, revision: str | None) -> None:
     """verify compares local folders (VARIANT..., default this host's) or a Hub release (--repo-id, --revision)."""
     if repo_id is None and revision is not None:
         raise ConfigError("--revision is for a Hub release: give --repo-id too")
+
+
+# Unwrapped and literal: a line names a file and its digests, for people and scripts alike.
+def _log(message: str) -> None:
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def _report(line: str) -> None:
+    stdout.print(line, markup=False, highlight=False, soft_wrap=True)
