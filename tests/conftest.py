@@ -60,9 +60,6 @@ LONGEST_FIRST = [
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(
-        key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
-    )
     for item in items:
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in item.fixturenames and item.get_closest_marker(marker) is None:
@@ -71,6 +68,18 @@ def pytest_collection_modifyitems(config, items):
         # loop (a module's cheap tests stay in the gate with it).
         if full_only(item.nodeid) and _full_loop_only(item):
             item.add_marker("full")
+    # CI's gate (its -m leaves `full` out) runs the modules with container tests last: by then
+    # tests/prepare_images.py, started beside the tests, has made their builder image, which
+    # the first of them would otherwise make while the other worker's waited on its lock. The
+    # full run starts with its longest modules, which make images of their own anyway.
+    gate = "not full" in (config.option.markexpr or "")
+    containers = {item.path for item in items if "engine" in item.fixturenames and not item.get_closest_marker("full")}
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        longest = LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
+        return (gate and item.path in containers, longest)
+
+    items.sort(key=order)
 
 
 _running: list[pytest.Item] = []
@@ -287,17 +296,16 @@ def kernel_copy(tmp_path) -> Path:
     return copy
 
 
-@pytest.fixture(scope="session")
-def local_cuda_cell(engine):
+def newest_local_pypi_cuda_cell():
     """The newest torch's cell this host's CUDA toolchain builds whose torch is PyPI's (cu130 here,
     torch 2.14: its builder image downloads what this machine's registries serve, and PyTorch's
-    own index, where 2.15's CUDA 13.0 build is, is not among them)."""
+    own index, where 2.15's CUDA 13.0 build is, is not among them); else why there is none."""
     from kernel_matrix.planning.matrix import Machine, load_matrix, select
     from kernel_matrix.planning.toolchain import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
-        pytest.skip("no nvcc: the local profile has no CUDA cell")
+        return "no nvcc: the local profile has no CUDA cell"
     cells = select(
         load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"),
         profile="local",
@@ -305,8 +313,18 @@ def local_cuda_cell(engine):
     )
     from_pypi = [c for c in cells if c.torch_index == "pypi"]
     if not from_pypi:
-        pytest.skip(f"no cell of this host's CUDA {nvcc.version} takes its torch from PyPI")
+        return f"no cell of this host's CUDA {nvcc.version} takes its torch from PyPI"
     return max(from_pypi, key=lambda c: tuple(int(x) for x in c.variant.torch.split(".")))
+
+
+@pytest.fixture(scope="session")
+def local_cuda_cell(engine):
+    """newest_local_pypi_cuda_cell(), whose offline builder image tests/prepare_images.py makes
+    beside the tests (scripts/test)."""
+    cell = newest_local_pypi_cuda_cell()
+    if isinstance(cell, str):
+        pytest.skip(cell)
+    return cell
 
 
 def cli_matrix(profile: str = "full", only: str | None = None, file: Path | None = None, machine=None) -> dict:
