@@ -244,16 +244,26 @@ BUILT_CAPABILITIES = "9.0"
 @pytest.fixture(scope="session")
 def built(tmp_path_factory, object_cache) -> dict[str, Path]:
     """This host's variants, built once per session by the real CLI: the default
-    one (cuda, given a CUDA torch and nvcc; capability 9.0 only) and the cpu one. {backend: variant dir}."""
-    build_dir = tmp_path_factory.mktemp("variants") / "build"
-    options = ("--build-dir", str(build_dir), "--cache-dir", str(object_cache))
-    kernel_matrix("build", *options, "--cuda-capabilities", BUILT_CAPABILITIES, check=True)
+    one (cuda, given a CUDA torch and nvcc; capability 9.0 only) and the cpu one. {backend: variant dir}.
+    The pytest-xdist workers share them, as they share object_cache: the first to need them
+    builds them (13 to 30 s on 2 cores) while the other waits on the lock, then reads them."""
+    from filelock import FileLock
+
+    shared = os.environ.get("PYTEST_XDIST_WORKER")
+    root = tmp_path_factory.getbasetemp().parent / "variants" if shared else tmp_path_factory.mktemp("variants")
+    root.mkdir(exist_ok=True)
+    build_dir, done = root / "build", root / "built"
 
     def variants():  # beside them: logs/
         return [d for d in build_dir.iterdir() if (d / "metadata.json").is_file()]
 
-    if all(variant_backend(d) != "cpu" for d in variants()):
-        kernel_matrix("build", *options, "--backend", "cpu", check=True)
+    with FileLock(root / "lock"):
+        if not done.exists():
+            options = ("--build-dir", str(build_dir), "--cache-dir", str(object_cache))
+            kernel_matrix("build", *options, "--cuda-capabilities", BUILT_CAPABILITIES, check=True)
+            if all(variant_backend(d) != "cpu" for d in variants()):
+                kernel_matrix("build", *options, "--backend", "cpu", check=True)
+            done.touch()
     return {variant_backend(d): d for d in variants()}
 
 
