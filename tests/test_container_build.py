@@ -392,8 +392,9 @@ def test_an_interrupted_build_leaves_no_container_and_no_variant(local_cuda_cell
 
     def its_containers(**kwargs):
         # This build's own (its run label begins with its PID): another test's build may
-        # run beside it on the same engine (pytest-xdist), and is none of this one's.
-        boxes = client.containers.list(filters={"label": "kernel-matrix"}, **kwargs)
+        # run beside it on the same engine (pytest-xdist), and is none of this one's; it may
+        # also be removed between the listing and its inspection (ignore_removed).
+        boxes = client.containers.list(filters={"label": "kernel-matrix"}, ignore_removed=True, **kwargs)
         return [box for box in boxes if box.labels.get(RUN_LABEL, "").startswith(f"{process.pid}-")]
 
     deadline = time.monotonic() + 300

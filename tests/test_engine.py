@@ -39,7 +39,7 @@ def busybox(engine, tmp_path_factory):
 def ours(engine):
     """The ids of kernel-matrix's containers on the engine: this test's, and those of tests
     another pytest-xdist worker runs at the same time."""
-    return {c.id for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"})}
+    return {c.id for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"}, ignore_removed=True)}
 
 
 def test_a_container_runs_commands_and_is_always_removed(engine, busybox):

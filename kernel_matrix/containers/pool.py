@@ -191,9 +191,11 @@ def build_cells(
             results[futures[future].name] = future.result()
     except BaseException:
         # Interrupted: nothing new starts, and the running builds' containers are
-        # killed, so their threads return (and remove them) at once.
+        # killed, so their threads return (and remove them) at once. ignore_removed: one
+        # its thread removed between the listing and its inspection would otherwise raise
+        # NotFound here in place of the interruption.
         pool.shutdown(wait=False, cancel_futures=True)
-        for box in client.containers.list(filters={"label": f"{RUN_LABEL}={run_label}"}):
+        for box in client.containers.list(filters={"label": f"{RUN_LABEL}={run_label}"}, ignore_removed=True):
             with contextlib.suppress(docker.errors.DockerException):  # it may have ended meanwhile
                 box.kill()
         raise

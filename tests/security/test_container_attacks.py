@@ -115,7 +115,7 @@ def test_a_build_that_hangs_is_stopped_at_its_time_limit(local_cuda_cell, kernel
     assert f"{cell.name}: stopped after 5 s (--cell-timeout)" in (build_dir / "summary.md").read_text()
     ours = [
         c
-        for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"})
+        for c in engine.containers.list(all=True, filters={"label": "kernel-matrix"}, ignore_removed=True)
         if any(m.get("Source", "").startswith(str(tmp_path)) for m in c.attrs.get("Mounts", []))
     ]
     assert not ours  # the killed container is removed too
