@@ -10,6 +10,12 @@ import pytest
 from tiers import full_only
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests live in a folder per stage (tests/project/test_package_layout.py), and some import
+# helpers from a module of another folder by its name (the workflow evaluator of
+# end_to_end/test_workflows.py, the Python-only kernels of checking/test_suite_environment.py):
+# every folder of tests is on sys.path, as pytest puts a module's own folder there, so such an
+# import works whichever module is run alone. Module names are unique across folders.
+sys.path[1:1] = [str(d) for d in sorted(REPO.joinpath("tests").iterdir()) if any(d.glob("test_*.py"))]
 KERNEL_DIR = REPO / "kernel"
 # A [tvm-ffi] kernel's own files (its suite is the kernel's, run by `kernel-matrix test`).
 TVM_FFI_KERNEL = Path(__file__).resolve().parent / "tvm_ffi_kernel"
@@ -220,7 +226,7 @@ def variant_backend(variant_dir: Path) -> str:
 def object_cache(tmp_path_factory) -> Path:
     """One compiled-object cache (--cache-dir) for the session's builds of the same sources:
     a build another test already compiled copies its objects instead of compiling again. The
-    cache never changes a result (tests/test_reproducible.py); tests that assert a cold build
+    cache never changes a result (tests/building/test_reproducible.py); tests that assert a cold build
     use --no-cache or their build folder's own cache instead. The pytest-xdist workers share
     it (their temporary folders are siblings): the cache takes concurrent builds' writes."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -232,7 +238,7 @@ def object_cache(tmp_path_factory) -> Path:
 
 # `kernel-matrix test` options that run one test of img2gray's own suite: enough to show a
 # variant loads through the real loader and its op works. The whole suite runs once per
-# built variant, in tests/test_kernel_suite.py; tests that only need a variant to work use this.
+# built variant, in tests/checking/test_kernel_suite.py; tests that only need a variant to work use this.
 ONE_KERNEL_TEST = ("--pytest-arg=-k", "--pytest-arg=test_gray_pixels_keep_their_value")
 
 # The capability `built` compiles for (the README's quick build): the tests that use it

@@ -10,7 +10,7 @@ compile read under it is listed as `$<i>/<path inside>`.
 
 This is sound because the compile itself records these folders only by those names
 (-ffile-prefix-map): an object compiled in /a/relu is byte for byte the one compiled in
-/b/relu from the same files (tests/test_reproducible.py). Whether the files are the same
+/b/relu from the same files (tests/building/test_reproducible.py). Whether the files are the same
 is still checked, file by file, where this build finds them, when an entry is used."""
 
 from __future__ import annotations

@@ -476,7 +476,7 @@ def located(kernel_dir: Path, *loc: str) -> str:
 # What `kernel-builder update-build` writes (kernels 0.19: edition 6, which its Nix builder requires).
 UPDATE_BUILD_WRITES = "edition 6"
 # The editions load_build_toml reads (4: a file without `edition`, upgraded in memory);
-# `matrix --check-upstream` compares the newest with kernels-common's (tests/test_upstream.py
+# `matrix --check-upstream` compares the newest with kernels-common's (tests/planning/test_upstream.py
 # checks this list against what the reader accepts).
 EDITIONS = (4, 5, 6)
 EDITION_4_NOTE = (

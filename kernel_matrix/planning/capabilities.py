@@ -148,7 +148,7 @@ def variant_archs(sections: dict[str, list[str]]) -> list[str]:
 def runs_on(archs: list[str], capability: tuple[int, int]) -> bool:
     """Whether the `kernels` loader lets a variant of these archs load on a GPU of this
     capability ((9, 0)): its check_arch rule (kernels/archs.py, `_cuda_arch_supports`),
-    which tests/test_cell_archs.py compares with the installed loader's.
+    which tests/planning/test_cell_archs.py compares with the installed loader's.
     "9.0a" runs on 9.0 only; "10.0f" on 10.x from 10.0; "8.0+PTX" on 8.0 and anything
     newer (its PTX is JIT-compiled); plain "8.0" on 8.x from 8.0. No archs, or none in a
     format the loader knows: it does not refuse."""

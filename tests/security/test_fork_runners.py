@@ -1,7 +1,7 @@
 """Attack: a pull request's build_matrix.yaml names the self-hosted GPU runner as
 its build runner, so that its code builds on the GPU host. `kernel-matrix matrix`
 refuses it under a pull-request event, and gives a fork's code no GPU cells; the
-workflow's side of the rule is in tests/test_workflows.py."""
+workflow's side of the rule is in tests/end_to_end/test_workflows.py."""
 
 import json
 import os
@@ -184,7 +184,7 @@ def test_every_workflow_condition_on_the_event_is_the_codes_definition():
     sorted(PULL_REQUEST_EVENTS | {"push", "workflow_dispatch", "schedule", "workflow_run", "release", "pull"}),
 )
 def test_the_workflows_condition_means_what_the_code_means(tmp_path, name):
-    """The condition, evaluated as GitHub does (tests/test_workflows.py's evaluator), against GithubEvent."""
+    """The condition, evaluated as GitHub does (tests/end_to_end/test_workflows.py's evaluator), against GithubEvent."""
     from test_workflows import Expression
 
     event = GithubEvent.from_environment({"GITHUB_EVENT_NAME": name, "GITHUB_REPOSITORY": "owner/kernel"})

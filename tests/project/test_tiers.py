@@ -26,10 +26,12 @@ def test_every_test_the_gate_leaves_out_exists_and_says_why(key):
 
 
 def test_a_key_names_its_test_and_parameters_not_a_test_whose_name_begins_with_it():
-    key = "tests/test_native_build.py::test_changed_sources_give_a_new_namespace"
+    key = "tests/building/test_native_build.py::test_changed_sources_give_a_new_namespace"
     assert full_only(key) and full_only(key + "[cpu]")
-    assert not full_only(key + "_twice") and not full_only("tests/test_native_build.py::test_other")
-    assert full_only("tests/test_first_run.py::test_anything") and not full_only("tests/test_first_run_two.py::t")
+    assert not full_only(key + "_twice") and not full_only("tests/building/test_native_build.py::test_other")
+    assert full_only("tests/end_to_end/test_first_run.py::test_anything") and not full_only(
+        "tests/test_first_run_two.py::t"
+    )
 
 
 @pytest.mark.processes
@@ -45,9 +47,9 @@ def test_what_the_gate_leaves_out_is_what_tiers_names_and_it_still_builds():
     assert left_out and all(full_only(test) for test in left_out)
     assert {key for key in FULL_ONLY if any(full_only(t) and t.startswith(key) for t in left_out)} == set(FULL_ONLY)
     kept = [
-        "tests/test_kernel_suite.py::test_kernel_suite_passes_against_the_built_variant[cpu]",
-        "tests/test_container_build.py::test_a_cell_builds_in_a_container_and_loads_on_the_host",
-        "tests/test_reuse.py::test_a_container_cell_takes_the_published_variant_its_host_verified",
-        "tests/test_loader_versions.py::test_kernel_matrix_installs_plans_and_tests_a_variant_with_the_loader[0.17.2]",
+        "tests/checking/test_kernel_suite.py::test_kernel_suite_passes_against_the_built_variant[cpu]",
+        "tests/containers/test_container_build.py::test_a_cell_builds_in_a_container_and_loads_on_the_host",
+        "tests/releasing/test_reuse.py::test_a_container_cell_takes_the_published_variant_its_host_verified",
+        "tests/checking/test_loader_versions.py::test_kernel_matrix_installs_plans_and_tests_a_variant_with_the_loader[0.17.2]",
     ]
     assert not any(full_only(test) for test in kept)

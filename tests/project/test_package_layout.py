@@ -66,3 +66,20 @@ def test_no_cli_module_grows_past_its_limit():
         p.name: n for p in (PACKAGE / "cli").glob("*.py") if (n := len(p.read_text().splitlines())) > CLI_MODULE_LINES
     }
     assert not long, f"CLI modules over {CLI_MODULE_LINES} lines (move their logic to its stage): {long}"
+
+
+# Test folders beside the package's groups: whole paths (workflows, README, real kernels), the
+# project itself (tiers, lints, layout, its own release) and attacks replayed.
+TEST_FOLDERS_BESIDE = {"end_to_end", "project", "security"}
+
+
+def test_tests_are_laid_out_by_the_stage_they_test():
+    """A folder of tests per group of the package that has tests, plus TEST_FOLDERS_BESIDE; no
+    test module at the top of tests/ (which holds the shared fixtures and stand-ins)."""
+    tests = Path(__file__).resolve().parent.parent
+    assert sorted(p.name for p in tests.glob("test_*.py")) == []
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders - TEST_FOLDERS_BESIDE <= set(groups()), folders - TEST_FOLDERS_BESIDE - set(groups())
+    # Unique names: conftest puts every folder on sys.path, where a module is found by its name.
+    names = [p.name for p in tests.glob("*/*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

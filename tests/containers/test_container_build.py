@@ -29,7 +29,7 @@ pytestmark = pytest.mark.build
 def test_a_cell_builds_in_a_container_and_loads_on_the_host(local_cuda_cell, object_cache, tmp_path):
     name = local_cuda_cell.name
     # One capability, as `built`'s: CUDA 13.0's seven defaults took 65 s of CI's gate here, and
-    # compiling them all is the release-target test's job (tests/test_native_build.py).
+    # compiling them all is the release-target test's job (tests/building/test_native_build.py).
     options = ("--cache-dir", str(object_cache), "--cuda-capabilities", BUILT_CAPABILITIES)
     result = container_build_cli(local_cuda_cell, tmp_path, KERNEL_DIR, *options)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,7 +1,7 @@
 """Exit codes keep their meaning where results are combined (issue 37): cells of a container
 build, a worker's code inside its container, a cell of another CPU arch, wheels, a
 test-variant batch, all by the one rule of errors.shared_exit_code, documented in
-docs/exit-codes.md. (Kernels: tests/test_suite_environment.py, two failing suites exit 6.)"""
+docs/exit-codes.md. (Kernels: tests/checking/test_suite_environment.py, two failing suites exit 6.)"""
 
 import dataclasses
 import json

@@ -2,7 +2,7 @@
 public kernel of ../shared/corpus rewritten as edition 6 (tests/edition6.py, as kernel-builder's
 `update-build` rewrites it; the copy lives in tmp_path, the corpus is only read) plans the same
 cells, variants and notes as its original, and relu's edition 6 CPU variant builds and passes
-relu's own suite. Edition 6's own rules are tested in tests/test_buildtoml.py."""
+relu's own suite. Edition 6's own rules are tested in tests/config/test_buildtoml.py."""
 
 import re
 from pathlib import Path

@@ -671,7 +671,7 @@ def test_pip_installs_from_github_at_a_full_commit(tmp_path, git_identity):
     config = tmp_path / "gitconfig"
     config.write_text(f'[url "file://{bare}"]\n\tinsteadOf = https://github.com/owner/probe\n')
     env = {**os.environ, "GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
-    # (The branch's head, the common case, is what tests/test_first_run.py installs.)
+    # (The branch's head, the common case, is what tests/end_to_end/test_first_run.py installs.)
     for label, commit in ((label, commits[label]) for label in ("older", "pull")):
         target = tmp_path / f"site-{label}"
         result = subprocess.run(

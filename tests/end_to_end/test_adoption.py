@@ -4,11 +4,11 @@ author would, end to end on this machine.
 kernel-matrix is installed from the wheel built from this checkout into a separate
 virtual environment (no project source on the path; torch and the other
 dependencies come from .venv's site-packages). In a fresh git repository holding two
-corpus kernels (relu and einops; one kernel at a repository's root is tests/test_first_run.py's
+corpus kernels (relu and einops; one kernel at a repository's root is tests/end_to_end/test_first_run.py's
 first push and tag, from the same Runner), it runs
 `kernel-matrix init`, then the generated caller workflow: its job is resolved to
 this checkout's reusable workflow, and each job's steps run here, as the runner
-would, through the evaluator of tests/test_workflows.py: plan, build (in the
+would, through the evaluator of tests/end_to_end/test_workflows.py: plan, build (in the
 cell's builder image), test-cpu (the kernel's own tests through test-variant),
 summary and publish (to the local Hub test server, on a tag push). The released
 kernel is then loaded by `kernels.get_kernel` in a fresh process. The same for
@@ -221,7 +221,7 @@ class Runner:
         called = {name: spec.get("default") for name, spec in self.workflow["on"]["workflow_call"]["inputs"].items()}
         called |= {name: render(value, caller_context) for name, value in self.job.get("with", {}).items()}
         # Keyless signing needs GitHub's OIDC token and Sigstore's public instance, which exist only
-        # on GitHub: these runs publish unsigned (tests/test_signatures.py signs with a local trust root).
+        # on GitHub: these runs publish unsigned (tests/releasing/test_signatures.py signs with a local trust root).
         called["sign"] = False
         # kernel-matrix is installed from git at the pinned commit (or, in kernel-matrix's own repository,
         # from its checkout), never by a package name.

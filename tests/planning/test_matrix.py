@@ -11,7 +11,7 @@ from kernel_matrix.loader import parse_variant
 from kernel_matrix.planning.matrix import Machine, github_matrix, load_matrix, select
 
 DEFAULT = REPO / "build_matrix.yaml"
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 # `local` depends on the machine: the golden file is for the development machine's kind.
 DEV_MACHINE = Machine(arch="x86_64", nvcc="13.0")
 
@@ -23,7 +23,7 @@ def test_golden_matrix_json(profile, request):
     if request.config.getoption("--regen-golden"):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(got)
-    assert got == golden.read_text(), f"regenerate with: pytest tests/test_matrix.py --regen-golden ({golden})"
+    assert got == golden.read_text(), f"regenerate with: pytest tests/planning/test_matrix.py --regen-golden ({golden})"
 
 
 def test_default_matrix_covers_the_required_cells():

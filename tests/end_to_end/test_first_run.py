@@ -8,10 +8,10 @@ first run on GitHub needs nothing published anywhere but kernel-matrix's git rep
   from it) of that commit, installed in a fresh environment; the jobs' Python is another, which
   starts without kernel-matrix, as setup-python's does;
 - a fresh kernel repository holds kernels-community's relu; `kernel-matrix init --repository
-  OWNER/NAME --ref <commit>` writes its caller, narrowed to one CPU cell (tests/test_adoption.py's
+  OWNER/NAME --ref <commit>` writes its caller, narrowed to one CPU cell (tests/end_to_end/test_adoption.py's
   mirror and offline builder, which this host can build);
-- the caller's reusable workflow runs job by job through tests/test_workflows.py's evaluator
-  (tests/test_adoption.py's Runner), every `run:` line as written, the install step included: pip
+- the caller's reusable workflow runs job by job through tests/end_to_end/test_workflows.py's evaluator
+  (tests/end_to_end/test_adoption.py's Runner), every `run:` line as written, the install step included: pip
   installs kernel-matrix from that git repository at the commit. A push to main (build, CPU test,
   summary; no publish), then the v1 tag (the same, and publish to the loopback Hub), then a fresh
   process's `kernels.get_kernel`.

@@ -294,6 +294,6 @@ def test_the_requirement_is_the_checkouts_pyproject_else_the_installed_distribut
 
 
 def test_the_loader_releases_compared_are_the_ones_the_loader_tests_run():
-    """One list: data/loaders.yaml, which tests/test_loader_versions.py's environments install."""
+    """One list: data/loaders.yaml, which tests/checking/test_loader_versions.py's environments install."""
     loader_tests = pytest.importorskip("test_loader_versions")
     assert loaders_under_test() == tuple(loader_tests.LOADERS)
