@@ -65,3 +65,23 @@ def push_branch(directory: Path) -> tuple[str, str]:
         if REF.match(branch) and "*" not in branch:
             return branch, why
     return "main", "no git branch found"
+
+
+def held_by_git(directory: Path, targets: list[Path]) -> None:
+    """Refuse `init --update` (nothing written) unless the first target, the build workflow, is
+    there, and every target there is as git holds it: what --update replaces then comes back
+    with git, and `git diff` shows the update alone."""
+    if not os.path.lexists(targets[0]):
+        raise ConfigError(f"{targets[0]}: not there, nothing to update (init without --update writes it)")
+    there = [str(target.relative_to(directory)) for target in targets if os.path.lexists(target)]
+    status = _git(directory, "status", "--porcelain", "--", *there)
+    if status is None or status.returncode != 0:
+        raise ConfigError(
+            f"{directory}: not a git repository, where --update would replace files nothing keeps (nothing written)"
+        )
+    if changed := status.stdout.splitlines():
+        line = changed[0]  # "XY path": git's two status letters, then the path
+        raise ConfigError(
+            f"{directory / line[3:]}: changes git does not hold ({line[:2].strip()}); commit or stash them first, "
+            "so that --update replaces nothing git cannot give back (nothing written)"
+        )

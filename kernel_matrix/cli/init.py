@@ -17,6 +17,8 @@ nothing through a link out of DIR."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -38,7 +40,7 @@ from kernel_matrix.adopting.files import (
     workflow_text,
 )
 from kernel_matrix.adopting.pin import REUSABLE, Pin, resolve
-from kernel_matrix.adopting.repository import REF, absent, ignored, inside, push_branch
+from kernel_matrix.adopting.repository import REF, absent, held_by_git, ignored, inside, push_branch
 from kernel_matrix.adopting.search import MATRIX, default_spec, find_kernels
 from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig
@@ -78,6 +80,15 @@ def init(
             "variants; once per arch. None by default: CUDA variants are tested on CPUs.",
         ),
     ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="For a repository an earlier init set up: rewrite only kernel-matrix's workflow files, at the pin "
+            "(this release's commit, or --ref's); build_matrix.yaml stays as it is. Only files that git holds as "
+            "they are get rewritten, so that `git diff` shows the update and your edits come back with git.",
+        ),
+    ] = False,
 ) -> None:
     """Write build_matrix.yaml and .github/workflows/kernel-matrix.yml into a kernel's repository.
 
@@ -85,7 +96,7 @@ def init(
     it; the workflow calls kernel-matrix's reusable workflow at a pinned commit, checked
     on GitHub, and installs kernel-matrix from that commit (and kernel-matrix-upstream.yml,
     where that commit has it, checks daily for new torch releases). Existing files are
-    never overwritten (exit 2, nothing written); no GitHub: exit 9, nothing written."""
+    never overwritten (exit 2, nothing written) but by --update; no GitHub: exit 9, nothing written."""
     release = Release.packaged()
     if repository is not None:
         check_repository(repository, "--repository")
@@ -99,14 +110,31 @@ def init(
     targets = [directory / MATRIX, directory / WORKFLOW, directory / UPSTREAM_WORKFLOW]
     for target in targets:
         inside(directory, target)
-    absent(targets[:2])
+    if update:
+        if gpu:
+            raise ConfigError(
+                f"--gpu-runner with --update: the runners are {directory / MATRIX}'s, which --update leaves as it is"
+            )
+        held_by_git(directory, targets[1:])
+    else:
+        absent(targets[:2])
     kernels, left_out = find_kernels(directory)
     # Where kernel-matrix runs from: seen on GitHub before anything is written (no network: nothing written).
     pin, resolved = resolve(repository, ref or release.commit, given=ref is not None)
     daily = UPSTREAM in pin.workflows  # a commit before reusable-upstream.yml gets no daily check
-    absent(targets[2:] if daily else [])
+    absent(targets[2:] if daily and not update else [])
     if resolved:
         console.print(resolved, soft_wrap=True)
+    if update:
+        branch, _ = push_branch(directory)
+        _write(directory, _workflows(targets, pin, branch, kernels, daily), replace=True)
+        written = " ".join(t.relative_to(directory).as_posix() for t in targets[1:] if t.exists())
+        stdout.print(
+            f"Review the update with git diff, then commit and push: git add {written} && git commit -m "
+            f"'kernel-matrix {pin.version} ({pin.commit[:12]})' && git push",
+            soft_wrap=True,
+        )
+        return
     for folder, reason in left_out:  # a repository's other kernels still get their CI
         console.print(f"note: {folder}: left out of {MATRIX}: {reason}", soft_wrap=True)
     spec = default_spec()
@@ -125,26 +153,9 @@ def init(
     branch, why = push_branch(directory)
     texts = {
         targets[0]: matrix_text(kernels, gpu, [exclude for exclude, _ in excludes]),
-        targets[1]: workflow_text(pin, branch),
+        **_workflows(targets, pin, branch, kernels, daily),
     }
-    if daily:
-        texts[targets[2]] = upstream_text(pin, " ".join(c.general.name for _, c in kernels))
-    if pin.commit == release.commit and Version(__version__) != Version(pin.version):  # a build between releases
-        console.print(
-            f"note: kernel-matrix {__version__} is not a release: the workflow runs release {pin.version} "
-            f"(commit {pin.commit[:12]}), whose commands may differ from this one's; --ref COMMIT pins "
-            "another commit (and installs kernel-matrix from it)",
-            soft_wrap=True,
-        )
-    for target, text in texts.items():
-        inside(directory, target)  # again, just before: nothing made a link of a folder meanwhile
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(target, "x", encoding="utf-8") as stream:  # "x": never over a file made meanwhile
-                stream.write(text)
-        except OSError as exc:
-            raise ConfigError(f"{target}: cannot be written ({exc.strerror or exc})") from None
-        stdout.print(styled(("wrote", "green"), f" {target}"))
+    _write(directory, texts, replace=False)
     # Pushes and tags run the full profile: for a repository of many kernels, more cells than a
     # GitHub Actions matrix runs jobs are batched, and a selection that cannot run at all (more
     # kernels x archs than jobs) is said now, not at the push.
@@ -158,6 +169,44 @@ def init(
             console.print(f"note: pushes and tags run the full profile: its {note}", soft_wrap=True)
     written = " ".join(target.relative_to(directory).as_posix() for target in texts)
     _next_steps(directory, pin, kernels, gpu, (branch, why), written)
+
+
+def _workflows(
+    targets: list[Path], pin: Pin, branch: str, kernels: list[tuple[str, BuildConfig]], daily: bool
+) -> dict[Path, str]:
+    """The workflow files' texts at pin: the build's caller, and the daily check where pin has it."""
+    texts = {targets[1]: workflow_text(pin, branch)}
+    if daily:
+        texts[targets[2]] = upstream_text(pin, " ".join(c.general.name for _, c in kernels))
+    release = Release.packaged()
+    if pin.commit == release.commit and Version(__version__) != Version(pin.version):  # a build between releases
+        console.print(
+            f"note: kernel-matrix {__version__} is not a release: the workflow runs release {pin.version} "
+            f"(commit {pin.commit[:12]}), whose commands may differ from this one's; --ref COMMIT pins "
+            "another commit (and installs kernel-matrix from it)",
+            soft_wrap=True,
+        )
+    return texts
+
+
+def _write(directory: Path, texts: dict[Path, str], *, replace: bool) -> None:
+    """Each text to its file: a new file (never over one made meanwhile), or with replace a new
+    file moved over the old one (a link there is replaced, never written through)."""
+    for target, text in texts.items():
+        inside(directory, target)  # again, just before: nothing made a link of a folder meanwhile
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.kernel-matrix-init") if replace else target
+        try:
+            with open(staged, "x", encoding="utf-8") as stream:  # "x": never over a file made meanwhile
+                stream.write(text)
+            if replace:
+                os.replace(staged, target)
+        except OSError as exc:
+            if replace:
+                with contextlib.suppress(OSError):
+                    staged.unlink()
+            raise ConfigError(f"{target}: cannot be written ({exc.strerror or exc})") from None
+        stdout.print(styled(("updated" if replace else "wrote", "green"), f" {target}"))
 
 
 def _checked(value: str | None, pattern: re.Pattern[str], option: str, what: str) -> str | None:

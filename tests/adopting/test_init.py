@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import COMMUNITY, REPO, img2gray_as, img2gray_copies, kernel_matrix, needs_corpus
+from conftest import COMMUNITY, REPO, img2gray_as, img2gray_copies, kernel_matrix, needs_corpus, snapshot
 from github_standin import GitHub, git, stand_in
 
 import kernel_matrix as package
@@ -612,3 +612,73 @@ def test_init_finishes_when_its_reader_stops_reading(tmp_path):
     assert result.returncode == 0 and without_release_note(result.stderr) == ""
     assert (kernel / "build_matrix.yaml").is_file()
     assert (kernel / ".github" / "workflows" / "kernel-matrix.yml").is_file()
+
+
+def committed_repository(kernel: Path) -> None:
+    """kernel's folder as a git repository whose files are all committed."""
+    git("init", "--quiet", "--initial-branch", "main", cwd=kernel)
+    git("add", "-A", cwd=kernel)
+    git(
+        "-c", "user.name=Author", "-c", "user.email=author@example.com", "commit", "--quiet", "-m", "kernel", cwd=kernel
+    )
+
+
+@pytest.mark.processes
+def test_init_update_rewrites_only_the_workflows_at_the_new_pin(github, tmp_path):
+    """A repository an earlier init set up (here at a commit that is not the newest) takes a later
+    kernel-matrix with `init --update`: its workflow files are written again at the new pin, its
+    build_matrix.yaml (the author's) is left byte for byte, and git shows the update."""
+    kernel = img2gray_as(tmp_path, "gray")
+    assert init(cwd=kernel).returncode == 0
+    (kernel / "build_matrix.yaml").write_text((kernel / "build_matrix.yaml").read_text() + "# the author's own\n")
+    committed_repository(kernel)
+    matrix = (kernel / "build_matrix.yaml").read_bytes()
+    later = github.commit(github.head, "a later release", ref="refs/heads/later")
+    result = init("--update", "--ref", later, cwd=kernel)
+    assert result.returncode == 0, result.stderr
+    assert (kernel / "build_matrix.yaml").read_bytes() == matrix
+    workflow = (kernel / WORKFLOW).read_text()
+    assert f"reusable-build.yml@{later}" in workflow and github.head not in workflow
+    upstream = kernel / ".github" / "workflows" / "kernel-matrix-upstream.yml"
+    assert f"reusable-upstream.yml@{later}" in upstream.read_text()
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=kernel).count("\n") == 1  # two files, no more
+    changed = git("diff", "--name-only", cwd=kernel).splitlines()
+    assert sorted(changed) == [".github/workflows/kernel-matrix-upstream.yml", ".github/workflows/kernel-matrix.yml"]
+    assert "updated" in result.stdout and "git diff" in result.stdout
+    assert not list(kernel.rglob("*.kernel-matrix-init"))  # the staged files are gone
+    # What --update writes is what init writes at that pin.
+    fresh = img2gray_as(tmp_path / "fresh", "gray")
+    assert init("--ref", later, cwd=fresh).returncode == 0
+    assert (fresh / WORKFLOW).read_text() == workflow
+
+
+@pytest.mark.processes
+def test_init_update_refuses_what_git_could_not_give_back(github, tmp_path):
+    """--update replaces files only where git holds them as they are, and needs an earlier init's
+    workflow: otherwise one line, exit 2, and nothing written. Runners stay build_matrix.yaml's."""
+    kernel = img2gray_as(tmp_path, "gray")
+
+    def files() -> dict[Path, bytes]:  # the repository's own (git's index may be refreshed)
+        return {path: data for path, data in snapshot(kernel).items() if path.parts[0] != ".git"}
+
+    nothing = init("--update", cwd=kernel)
+    assert nothing.returncode == 2 and "nothing to update" in nothing.stderr, nothing.stderr
+    assert init(cwd=kernel).returncode == 0
+    before = files()
+    loose = init("--update", cwd=kernel)  # not a git repository
+    assert loose.returncode == 2 and "not a git repository" in loose.stderr, loose.stderr
+    assert files() == before
+    committed_repository(kernel)
+    workflow = kernel / WORKFLOW
+    workflow.write_text(workflow.read_text() + "# an edit of the author's, not committed\n")
+    before = files()
+    edited = init("--update", cwd=kernel)
+    assert edited.returncode == 2, edited.stderr
+    (line,) = edited.stderr.strip().splitlines()
+    assert line == (
+        f"error: {WORKFLOW}: changes git does not hold (M); commit or stash them first, so that --update "
+        "replaces nothing git cannot give back (nothing written)"
+    )
+    runners = init("--update", "--gpu-runner", "x86_64=gpu", cwd=kernel)
+    assert runners.returncode == 2 and "--gpu-runner with --update" in runners.stderr, runners.stderr
+    assert files() == before
