@@ -1,6 +1,6 @@
 """`kernel-matrix init [DIR]`: set up a kernel's repository to build with kernel-matrix.
 
-It writes these files, never over an existing one:
+It writes these files, never over an existing one (but the workflows with --update, where git holds them):
 - build_matrix.yaml: `kernel: .` (a build.toml in DIR) or `kernels:` (the folders
   below DIR that hold one), the torch minors of the default grid within their
   [torch] minver/maxver, GitHub-hosted build runners, GPU test runners only where
