@@ -26,7 +26,7 @@ version tables and defaults) serve all of them, and import none.
 
 from pathlib import Path
 
-__version__ = "0.2.0"
+__version__ = "0.2.1.dev0"
 
 # The installed package's folder: its data files, templates, headers and Dockerfile,
 # and what builder containers mount to run the same code.

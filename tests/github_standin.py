@@ -31,6 +31,20 @@ def git(*args: str, cwd: Path | None = None, check: bool = True) -> str:
     return result.stdout.strip()
 
 
+def tagged_release() -> str | None:
+    """The commit release RELEASE['version'] is tagged at (docs/workflows.md, "Releasing kernel-matrix
+    itself", step 2): the one after RELEASE['commit'] on this branch, which sets release.yaml to it
+    and changes nothing else; what README's install line names. None where this checkout's
+    history does not hold it (a shallow clone)."""
+    after = git("rev-list", "--reverse", "--ancestry-path", f"{RELEASE['commit']}..HEAD", cwd=REPO, check=False)
+    if not after:
+        return None
+    tagged = after.split()[0]
+    changed = git("diff", "--name-only", RELEASE["commit"], tagged, cwd=REPO).split()
+    assert changed == ["kernel_matrix/data/release.yaml"], f"{tagged}, after the release commit, changes {changed}"
+    return tagged
+
+
 @dataclass
 class GitHub:
     """Repositories served as https://github.com/OWNER/NAME, through config (GIT_CONFIG_GLOBAL)."""

@@ -197,11 +197,6 @@ def test_no_job_of_a_corpus_kernel_targets_a_runner_its_author_did_not_give(sour
     assert all(job["arch"] == "x86_64" and tuple(job["test_runner"]) == gpu for job in gpu_jobs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="release 0.1.0, which data/release.yaml pins, refuses gpu-test-runner: [] (accepted since 3977932): "
-    "cut a release and point release.yaml at it; then this passes and the marker goes",
-)
 @pytest.mark.processes
 def test_the_release_pinned_by_default_plans_the_matrix_init_writes(tmp_path, github):
     """What init writes by default runs on what it pins by default: the plan job of the release's own

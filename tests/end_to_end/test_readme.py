@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from conftest import REPO
+from github_standin import RELEASE, tagged_release
 
 README = REPO / "README.md"
 # The README and the docs it links (whose links test_every_link_... follows).
@@ -24,6 +25,9 @@ def docs_text() -> str:
 
 
 CI_RUN = REPO / ".ci" / "run"
+# README's install line: kernel-matrix from its git repository at the commit its latest release
+# is tagged at (never by a name on an index, which anyone may claim; never a branch, which moves).
+INSTALL = f'pip install "kernel-matrix @ git+https://github.com/{RELEASE["repository"]}@{tagged_release()}"'
 
 # How each command is run verbatim: by .ci/run (checked to hold it) or by the test of this module named.
 RUN_BY = {
@@ -43,9 +47,7 @@ RUN_BY = {
     ".venv/bin/kernel-matrix build --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     ".venv/bin/kernel-matrix wheels --profile local --only torch=2.14": "test_the_container_and_wheel_commands",
     # "Use it in your kernel's repository": run from the wheel, in a fresh venv and kernel repository.
-    'pip install "kernel-matrix @ git+https://github.com/kernel-matrix/kernel-matrix@main"': (
-        "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git"
-    ),
+    INSTALL: "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git",
     "kernel-matrix init": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git",
     'git add build_matrix.yaml .github/workflows && git commit -m "Build with kernel-matrix" '
     "&& git push": "test_packaging::test_the_readme_commands_for_your_kernels_repository_from_git",

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from conftest import COMMUNITY, REPO, needs_corpus
 
-import kernel_matrix
-
 
 @pytest.mark.processes
 def test_the_package_ships_every_file_it_reads(tmp_path):
@@ -216,12 +214,12 @@ def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path
     """README's three lines, verbatim, in a git repository holding relu as published
     (with a remote to push to); then the installed kernel-matrix, from that folder,
     with no project source on its path."""
-    from test_readme import readme_commands
+    from test_readme import INSTALL, readme_commands
 
     target, env = venv
     install, init, push = readme_commands(SECTION)
-    # From kernel-matrix's git repository, never by a name on an index (which anyone may claim).
-    assert install == 'pip install "kernel-matrix @ git+https://github.com/kernel-matrix/kernel-matrix@main"'
+    # From kernel-matrix's git repository at its latest release, never by a name on an index.
+    assert install == INSTALL
     assert init == "kernel-matrix init" and push.endswith("git push")
     repository = tmp_path / "relu"
     shutil.copytree(RELU, repository)
@@ -235,13 +233,12 @@ def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path
         subprocess.run(["git", *argv], cwd=repository, check=True)
     sh("git add -A && git commit -q -m relu", repository, env)
 
-    # GitHub is the stand-in of github_standin.py (git's own insteadOf), its main this checkout as it is;
-    # pip builds it with .venv's setuptools (no index here; pip reads "0" as --no-build-isolation),
-    # and takes its dependencies from .venv.
-    from github_standin import snapshot_commit, stand_in
+    # GitHub is the stand-in of github_standin.py (git's own insteadOf), which holds this checkout's
+    # history, the release among it; pip builds it with .venv's setuptools (no index here; pip reads
+    # "0" as --no-build-isolation), and takes its dependencies from .venv.
+    from github_standin import RELEASE, stand_in
 
     github = stand_in(tmp_path / "github")
-    subprocess.run(["git", "update-ref", "refs/heads/main", snapshot_commit(github)], cwd=github.bare, check=True)
     env = {**env, "GIT_CONFIG_GLOBAL": str(github.config), "PIP_NO_BUILD_ISOLATION": "0"}
     sh(install, repository, env)
     python = target / "bin" / "python"
@@ -250,7 +247,7 @@ def test_the_readme_commands_for_your_kernels_repository_from_git(venv, tmp_path
     assert Path(where).is_relative_to(target), where  # installed from git, not this checkout
     assert not any(p and (Path(p) == REPO or Path(p).resolve() == REPO) for p in path), path
     assert sh("command -v kernel-matrix", repository, env).stdout.strip() == str(target / "bin" / "kernel-matrix")
-    assert sh("kernel-matrix --version", repository, env).stdout == f"kernel-matrix {kernel_matrix.__version__}\n"
+    assert sh("kernel-matrix --version", repository, env).stdout == f"kernel-matrix {RELEASE['version']}\n"
 
     # No matrix file yet: the default the package carries.
     table = sh("kernel-matrix matrix --profile pr", repository, env).stdout
