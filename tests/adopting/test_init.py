@@ -212,13 +212,13 @@ def test_init_writes_a_matrix_and_a_pinned_caller(relu, github):
     assert job["with"]["kernel-matrix"] == f"git+https://github.com/{RELEASE['repository']}@{RELEASE['commit']}"
     assert set(job["with"]) == {"matrix-file", "profile", "only", "publish", "dry-run", "kernel-matrix"}
     assert job["secrets"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
-    # The daily check only where the pinned commit has its reusable workflow (0.1.0's has not).
+    # The daily check only where the pinned commit has its reusable workflow (0.1.0's had not).
     daily = relu / ".github" / "workflows" / "kernel-matrix-upstream.yml"
     held = git("ls-tree", "--name-only", RELEASE["commit"], ".github/workflows/", cwd=REPO).split()
     assert daily.exists() == (".github/workflows/reusable-upstream.yml" in held)
     # From a development version, which release the workflow runs (init() strips the note).
-    for written in (relu / "written.yaml", relu / WORKFLOW):
-        written.unlink()
+    for written in (relu / "written.yaml", relu / WORKFLOW, daily):
+        written.unlink(missing_ok=True)
     again = kernel_matrix("init", cwd=relu)
     note = f"{RELEASE_NOTE}{RELEASE['version']} (commit {RELEASE['commit'][:12]})"
     assert (note in again.stderr) == (package.__version__ != RELEASE["version"]), again.stderr
