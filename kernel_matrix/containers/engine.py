@@ -42,6 +42,36 @@ def build_user() -> tuple[int, int]:
     return UNPRIVILEGED if uid == 0 else (uid, gid)
 
 
+# Builds need no privileges: none are granted, and none can be gained. Every container
+# kernel-matrix starts has these, through the SDK (start) or `docker run` (run_options).
+NO_PRIVILEGES: dict[str, Any] = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"]}
+
+# The SDK's create() arguments this module uses, as `docker run` options.
+_RUN_FLAGS = {
+    "cap_drop": "--cap-drop",
+    "security_opt": "--security-opt",
+    "pids_limit": "--pids-limit",
+    "mem_limit": "--memory",
+    "memswap_limit": "--memory-swap",
+}
+
+
+def run_options(limits: Limits) -> list[str]:
+    """`docker run` options for a container as start() makes one with these limits: the same
+    settings, written once (NO_PRIVILEGES, Limits.create_args), in the CLI's spelling."""
+    options: list[str] = []
+    for key, value in {**NO_PRIVILEGES, **limits.create_args()}.items():
+        if key == "read_only":
+            options += ["--read-only"] if value else []
+        elif key == "tmpfs":
+            options += [arg for path, mount in value.items() for arg in ("--tmpfs", f"{path}:{mount}")]
+        else:
+            options += [
+                arg for item in (value if isinstance(value, list) else [value]) for arg in (_RUN_FLAGS[key], str(item))
+            ]
+    return options
+
+
 @dataclass(frozen=True)
 class Limits:
     """A hardened container: its root filesystem read-only, scratch space in a
@@ -171,10 +201,8 @@ def container(
             environment=env or {},
             mounts=[m.as_docker() for m in mounts],
             labels={"kernel-matrix": "1", **(labels or {})},
-            # Builds need no privileges: none are granted, and none can be gained.
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
             detach=True,
+            **NO_PRIVILEGES,
             **(limits.create_args() if limits else {}),
         )
     except DockerException as exc:

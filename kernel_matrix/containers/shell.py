@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernel_matrix import PACKAGE_DIR
 from kernel_matrix.containers import images
-from kernel_matrix.containers.engine import Limits, build_user
+from kernel_matrix.containers.engine import Limits, build_user, run_options
 from kernel_matrix.planning.matrix import Cell
 from kernel_matrix.planning.resources import memory_per_build
 
@@ -40,14 +40,7 @@ def shell_command(
         "none",
         "--user",
         f"{user[0]}:{user[1]}",
-        "--cap-drop",
-        "ALL",
-        "--security-opt",
-        "no-new-privileges",
-        "--read-only",
-        *("--tmpfs", f"{limits.scratch}:{limits.tmpfs_options}"),
-        *("--pids-limit", str(limits.pids)),
-        *(("--memory", str(limits.memory), "--memory-swap", str(limits.memory)) if limits.memory else ()),
+        *run_options(limits),
         "--mount",
         f"type=bind,source={kernel_dir.resolve()},target=/src" + ("" if writable else ",readonly"),
         "--mount",

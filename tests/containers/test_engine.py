@@ -2,12 +2,13 @@
 network off by default, read-only source mounts, outputs owned by the caller."""
 
 import io
+import os
 import subprocess
 import tarfile
 
 import pytest
 
-from kernel_matrix.containers.engine import Mount, connect, container
+from kernel_matrix.containers.engine import Limits, Mount, connect, container, run_options
 from kernel_matrix.errors import EngineError
 
 IMAGE = "kernel-matrix-test/busybox:1"
@@ -51,6 +52,31 @@ def test_a_container_runs_commands_and_is_always_removed(engine, busybox):
     with pytest.raises(RuntimeError, match="boom"), container(engine, busybox) as failing:
         raise RuntimeError("boom")
     assert failing.handle.id not in ours(engine)
+
+
+HARDENING = ("CapDrop", "SecurityOpt", "ReadonlyRootfs", "Tmpfs", "PidsLimit", "Memory", "MemorySwap")
+
+
+def test_a_shells_docker_run_is_hardened_as_a_build_container_is(engine, busybox):
+    """`kernel-matrix shell` starts its container with `docker run` (run_options), builds through
+    the SDK (container): the engine holds the same privileges and limits for both."""
+    limits = Limits(memory=256 * 2**20)
+    with container(engine, busybox, limits=limits) as box:
+        built = engine.api.inspect_container(box.handle.id)["HostConfig"]
+    name = f"kernel-matrix-test-shell-{os.getpid()}"
+    created = subprocess.run(
+        ["docker", "create", "--name", name, *run_options(limits), busybox, "sleep", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert created.returncode == 0, created.stderr
+    try:
+        shell = engine.api.inspect_container(name)["HostConfig"]
+    finally:
+        engine.api.remove_container(name, force=True)
+    assert built["CapDrop"] == ["ALL"] and built["SecurityOpt"] == ["no-new-privileges"]
+    assert built["ReadonlyRootfs"] and built["PidsLimit"] > 0 and built["Memory"] == limits.memory
+    assert {key: shell[key] for key in HARDENING} == {key: built[key] for key in HARDENING}
 
 
 def test_the_network_is_off_by_default(engine, busybox):
