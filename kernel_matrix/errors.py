@@ -101,19 +101,3 @@ class NotReproducedError(KernelMatrixError):
 
 class UntrustedError(KernelMatrixError):
     exit_code = ExitCode.UNTRUSTED
-
-
-def _fold_statuses(argv: list[str]) -> int:
-    """`python -I errors.py MIXED STATUS...`: shared_exit_code over child processes' exit
-    statuses (a status that is no failure code counts as FAILURE), for the shell programs
-    that combine results (kernel_matrix/scripts/test-variant's batch): the same rule, not a
-    copy of it. This file imports nothing but the standard library, so any python3 runs it."""
-    mixed, *statuses = argv
-    codes = [failure_code(int(status)) or ExitCode.FAILURE for status in statuses]
-    return int(shared_exit_code(codes, ExitCode[mixed])) if codes else int(ExitCode.OK)
-
-
-if __name__ == "__main__":
-    import sys
-
-    print(_fold_statuses(sys.argv[1:]))

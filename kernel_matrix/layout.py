@@ -5,6 +5,7 @@
 <folder>/logs/<variant>.<kind>      build, container and wheel logs of a variant
 <folder>/.inputs/<variant>.sha256   what a container-built variant was made from
 <root>/.cache/objects/<trust>/<kernel>/<recipe>/  the compiled-object cache: a scope per kernel, trust and recipe
+<root>/.cache/test-variant/[<kernel>-]<variant>/  test-variant's environment of a variant's cell
 <root>/summary.md                   the last container build's table
 <out>/.cache-new/                   a build container's new object-cache entries, merged by the host
 
@@ -62,6 +63,19 @@ class BuildDir:
     def relative(self, name: str) -> str:
         """The variant's folder relative to the root: what a CI artifact holds."""
         return self.variant(name).relative_to(self.root).as_posix()
+
+    def planned(self, relative: str) -> Path:
+        """The folder a plan names by relative() (`matrix --json`'s path): under the root, or
+        ValueError (an absolute path, `..`, an empty part)."""
+        parts = relative.split("/")
+        if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"not a variant folder's path under the build folder: {relative!r}")
+        return self.root.joinpath(*parts)
+
+    def test_environment(self, name: str) -> Path:
+        """`test-variant`'s environment for a variant ([KERNEL-]VARIANT), reused by the next run;
+        under the cache folder, so `clean` removes it."""
+        return self.root / CACHE / "test-variant" / name
 
     @property
     def logs(self) -> Path:

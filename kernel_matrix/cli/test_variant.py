@@ -1,12 +1,11 @@
 """`kernel-matrix test-variant`: the build workflow's test jobs' command, shipped in the
 package so that a kernel's own repository runs it as kernel-matrix's does
-(kernel_matrix/scripts/test-variant says what it does)."""
+(kernel_matrix/running/test_variant.py says what it does)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -15,18 +14,26 @@ from urllib.parse import unquote, urlparse
 import typer
 
 from kernel_matrix import PACKAGE_DIR, __version__
+from kernel_matrix.running import test_variant as job
 
-SCRIPT = PACKAGE_DIR / "scripts" / "test-variant"
+# Its own parser (running/test_variant.parse): the workflows' one form, each option once, before
+# the variant; --help prints the module's description.
 SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
 def test_variant(ctx: typer.Context) -> None:
     """Test a built variant against exactly its cell's torch, in an environment of its own:
-    [--cpu-only] [--kernel NAME] VARIANT (from the folder holding build/)."""
-    # The cell's environment gets this very kernel-matrix, unless the caller names another (`.`);
-    # a batch's exit code is combined by this interpreter (errors.py's rule).
-    env = {"KERNEL_MATRIX_INSTALL": running_install(), **os.environ, "KERNEL_MATRIX_PYTHON": sys.executable}
-    raise typer.Exit(subprocess.run(["bash", str(SCRIPT), *ctx.args], env=env, check=False).returncode)
+    [--cpu-only] [--kernel NAME] [--build-dir DIR] VARIANT[,VARIANT...]."""
+    if ctx.args in (["--help"], ["-h"]):
+        print(job.__doc__)
+        raise typer.Exit(0)
+    request = job.parse(ctx.args)
+    if request is None:
+        print(job.USAGE, file=sys.stderr)
+        raise typer.Exit(2)
+    # The cell's environment gets this very kernel-matrix, unless the caller names another (`.`).
+    install = os.environ.get("KERNEL_MATRIX_INSTALL") or running_install()
+    raise typer.Exit(job.run(request, install))
 
 
 def running_install() -> str:

@@ -4,7 +4,7 @@ definition, for the three places that ask:
 - a builder image, right after pip installed the cell's torch (same CUDA major
   as the cell: the toolchain comes from PyPI for that major);
 - a native build (nvcc's CUDA major must be torch's);
-- scripts/test-variant, before a cell's tests (exactly the cell's CUDA: the
+- test-variant (running/test_variant.py), before a cell's tests (exactly the cell's CUDA: the
   variant links that torch's CUDA libraries).
 
 The builder image runs this file as a script in its venv before kernel-matrix

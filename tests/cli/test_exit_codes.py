@@ -20,9 +20,9 @@ from kernel_matrix.containers.container_output import OUTCOME, reported_failure
 from kernel_matrix.errors import AbiError, BuildError, ExitCode, failure_code, shared_exit_code
 from kernel_matrix.planning.matrix import load_matrix, select
 from kernel_matrix.planning.variants import host_arch
+from kernel_matrix.running import test_variant
 
 MATRIX = REPO / "build_matrix.yaml"
-TEST_VARIANT = REPO / "kernel_matrix" / "scripts" / "test-variant"
 
 
 def test_the_docs_table_names_every_exit_code():
@@ -40,13 +40,8 @@ def test_the_docs_table_names_every_exit_code():
         ([ExitCode.NOTHING_TO_DO, ExitCode.TOOLCHAIN], ExitCode.TEST, ExitCode.TEST),
     ],
 )
-@pytest.mark.processes
 def test_several_failures_fold_to_the_code_they_share_else_the_commands(codes, mixed, folded):
     assert shared_exit_code(codes, mixed) is folded
-    # The shell programs' way to the same rule (test-variant's batch): any python3, isolated.
-    statuses = [str(int(code)) for code in codes]
-    argv = [sys.executable, "-I", str(REPO / "kernel_matrix" / "errors.py"), mixed.name, *statuses]
-    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == f"{int(folded)}\n"
 
 
 @pytest.mark.parametrize("value", [0, 14, 137, -1, True, "7", 7.0, None, [7]])
@@ -214,19 +209,20 @@ def test_wheels_exit_with_the_code_their_failures_share(monkeypatch, tmp_path, e
         (["a"], ExitCode.TEST),  # 4 and 3: test-variant's own
     ],
 )
-def test_a_test_variant_batch_exits_with_the_code_its_failures_share(tmp_path, built, code):
+def test_a_test_variant_batch_exits_with_the_code_its_failures_share(tmp_path, built, code, monkeypatch, capsys):
     for name in built:
         (tmp_path / "build" / name).mkdir(parents=True)
         (tmp_path / "build" / name / "metadata.json").write_text("{}")
-    env = {**os.environ, "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
-    result = subprocess.run(["bash", TEST_VARIANT, "a,b"], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == code, result.stderr
-    assert result.stderr.rstrip().endswith("error: 2 of 2 variants failed: a b")
+    monkeypatch.setenv("PYTHON", "false")
+    request = test_variant.parse(["--build-dir", str(tmp_path / "build"), "a,b"])
+    assert test_variant.run(request, "kernel-matrix==9.9.9") == code
+    assert capsys.readouterr().err.rstrip().endswith("error: 2 of 2 variants failed: a b")
 
 
 @pytest.mark.processes
 def test_kernel_matrix_test_variant_folds_a_batch_with_its_own_python(tmp_path):
-    """Through the command the workflows run: its interpreter combines the codes, none on PATH needed."""
+    """Through the command the workflows run, where no python3 on PATH works: the variants' refusals
+    come before any environment is made, and the codes are combined in kernel-matrix's own process."""
     env = {**os.environ, "PATH": "/usr/bin:/bin", "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9"}
     bare = tmp_path / "no-python3"  # a PATH on which python3 runs nothing
     bare.mkdir()

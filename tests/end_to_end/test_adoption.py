@@ -348,11 +348,11 @@ class Runner:
         # release-wheels: gh and GitHub's releases API; tested with a stand-in in test_workflows.py.
 
 
-def load_released(hub: HubServer, repo_id: str, cwd: Path, check: str, python: Path) -> str:
+def load_released(hub: HubServer, repo_id: str, cwd: Path, check: str, python: Path, version: int = 1) -> str:
     """kernels.get_kernel in a fresh process of python (the venv the tests ran with: torch 2.13, CPU)."""
     script = textwrap.dedent(f"""
         import torch, kernels
-        kernel = kernels.get_kernel({repo_id!r}, version=1)
+        kernel = kernels.get_kernel({repo_id!r}, version={version})
         {check}
         print(kernel.__file__)
     """)

@@ -1,26 +1,35 @@
-"""Issue 35's acceptance, its first bullet, for one kernel and one cell: a kernel repository's
-first run on GitHub needs nothing published anywhere but kernel-matrix's git repository.
+"""Issue 35's acceptance, its first bullet: a kernel repository's first run on GitHub needs
+nothing published anywhere but kernel-matrix's git repository. Three fresh repositories, as the
+issue tried them:
 
+- kernels-community's relu at the repository's root (a CPU cell);
+- ErikKaum's maxsim at the root: CUDA only (a CUDA cell, built in its container and, with no GPU
+  runner given, loaded on the CPU job, its suite not run), version 2 (tag v2), and a Hub id,
+  erikkaum/maxsim, that is not the GitHub repository's owner;
+- relu and activation side by side (two kernels, two build jobs; activation's suite needs a GPU,
+  so the CPU job loads its variant instead of failing its suite, and publish is not blocked).
+
+For each:
 - kernel-matrix's GitHub repository is a local bare repository holding this checkout as a
   commit (tests/github_standin.py: git's url.<bare>.insteadOf https://github.com/OWNER/NAME,
   in the file GIT_CONFIG_GLOBAL names);
 - the author's kernel-matrix is the wheel scripts/release-build makes (sdist, then the wheel
   from it) of that commit, installed in a fresh environment; the jobs' Python is another, which
   starts without kernel-matrix, as setup-python's does;
-- a fresh kernel repository holds kernels-community's relu; `kernel-matrix init --repository
-  OWNER/NAME --ref <commit>` writes its caller, narrowed to one CPU cell (tests/end_to_end/test_adoption.py's
-  mirror and offline builder, which this host can build);
+- `kernel-matrix init --repository OWNER/NAME --ref <commit>` writes the caller, whose matrix
+  is narrowed to one cell this host can build (tests/end_to_end/test_adoption.py's mirror and
+  offline builder for the CPU cell; the CUDA cell is the gate's, whose builder image
+  tests/prepare_images.py makes);
 - the caller's reusable workflow runs job by job through tests/end_to_end/test_workflows.py's evaluator
   (tests/end_to_end/test_adoption.py's Runner), every `run:` line as written, the install step included: pip
   installs kernel-matrix from that git repository at the commit. A push to main (build, CPU test,
-  summary; no publish), then the v1 tag (the same, and publish to the loopback Hub), then a fresh
-  process's `kernels.get_kernel`.
+  summary; no publish), then the version's tag (the same, and publish to the loopback Hub), then a
+  fresh process's `kernels.get_kernel` of each kernel.
 
 Every step sees a package index holding a squatter's `kernel-matrix` 999 (what anyone could
 upload under the unclaimed name): a step that installed kernel-matrix by name would get it.
 Not run here: test-gpu (no GPU), the legacy wheels (test_wheels.py) and release-wheels (gh),
-as in test_adoption.py; the two other repositories of the issue's bullet (a CUDA-only kernel,
-two kernels side by side) are not built here."""
+as in test_adoption.py."""
 
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -117,11 +127,12 @@ def author(tmp_path_factory, github) -> Path:
     return venv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runner_python(tmp_path_factory) -> Path:
     """What setup-python gives a job: a Python without kernel-matrix, so that the install step installs it
     (from git) rather than finding one. Its other packages (the dependencies, torch) are .venv's, seen through
-    a folder of links to everything of .venv's site-packages but kernel-matrix's own entries and .pth hooks."""
+    a folder of links to everything of .venv's site-packages but kernel-matrix's own entries and .pth hooks.
+    One per repository: test-variant installs the cell's torch into it (2.13's CPU build for a CPU cell)."""
     work = tmp_path_factory.mktemp("runner")
     packages = next(p for p in map(Path, sys.path) if p.name == "site-packages")
     view = work / "dependencies"
@@ -158,33 +169,94 @@ class FirstRun(Runner):
         env["PIP_FIND_LINKS"] = " ".join([str(self.squatter), *configured_find_links()])
         return env
 
-    def push(self) -> None:
-        """A push to a branch: plan, build, test-cpu and summary; no publish."""
+    def push(self) -> list[dict]:
+        """A push to a branch: plan, each cell's build and test-cpu, summary; no publish. The cells."""
         plan = self.run_job("plan")
         self.context["needs"] = {"plan": {"outputs": plan}}
-        (job,) = json.loads(plan["jobs"])["include"]  # one cell
-        self.run_job("build", job)
-        assert runs(self.jobs["test-cpu"], self.context | {"matrix": job})
-        self.run_job("test-cpu", job)
-        assert plan["gpu_jobs"] == "", "CPU cells only"
+        jobs = json.loads(plan["jobs"])["include"]
+        for job in jobs:
+            self.run_job("build", job)
+        for job in jobs:
+            assert runs(self.jobs["test-cpu"], self.context | {"matrix": job})
+            self.run_job("test-cpu", job)
+        assert plan["gpu_jobs"] == "", "no GPU runner was given: no GPU job"
         self.context["results"] = {"test-gpu": "skipped"}
         self.run_job("summary")
         assert not runs(self.jobs["publish"], self.context)
+        return jobs
+
+
+@dataclass(frozen=True)
+class Published:
+    """A kernel of the repository as a user loads it: its Hub id, a check of the loaded module, the variant."""
+
+    repo_id: str
+    check: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A fresh kernel repository: where each corpus kernel goes in it ('.' is its root), its cell."""
+
+    kernels: dict[str, str]  # folder in the repository -> the corpus kernel (owner/name)
+    cuda: bool  # a CUDA cell (the gate's: the newest torch PyPI ships for this host's CUDA), else 2.13's CPU
+    tag: str  # the tag that releases it: v<build.toml's general.version>
+    published: tuple[Published, ...]
+
+
+MAXSIM_CHECK = "assert callable(kernel.score_pairs_packed)"
+ACTIVATION_CHECK = (
+    "x = torch.randn(4, 16); out = torch.empty(4, 8); kernel.silu_and_mul(out, x); "
+    "torch.testing.assert_close(out, torch.nn.functional.silu(x[:, :8]) * x[:, 8:])"
+)
+REPOSITORIES = {
+    "relu": Repository(
+        {".": "kernels-community/relu"}, False, "v1", (Published("kernels-community/relu", RELU_CHECK, VARIANT),)
+    ),
+    "maxsim": Repository({".": "ErikKaum/maxsim"}, True, "v2", (Published("erikkaum/maxsim", MAXSIM_CHECK, ""),)),
+    "relu-and-activation": Repository(
+        {"relu": "kernels-community/relu", "activation": "kernels-community/activation"},
+        False,
+        "v1",
+        (
+            Published("kernels-community/relu", RELU_CHECK, VARIANT),
+            Published("kernels-community/activation", ACTIVATION_CHECK, VARIANT),
+        ),
+    ),
+}
+
+
+def narrow_to_cuda(matrix_file: Path, cell) -> None:
+    """init's matrix cut to the gate's CUDA cell (its torch from PyPI, in the offline builder whose image
+    tests/prepare_images.py makes), for one capability, the GPU test runners' (it compiles one arch)."""
+    spec = yaml.safe_load(matrix_file.read_text())
+    spec["torch"] = {cell.variant.torch: [cell.variant.cuda]}
+    spec["cpu"] = False
+    spec["archs"] = {"x86_64": spec["archs"]["x86_64"]}
+    spec["image"] = "offline"
+    spec["cuda-capabilities"] = [{"min-cuda": cell.variant.cuda, "capabilities": ["9.0"]}]
+    matrix_file.write_text(yaml.safe_dump(spec, sort_keys=False))
 
 
 @needs_corpus
+@pytest.mark.parametrize("name", list(REPOSITORIES))
 def test_a_kernel_repositorys_first_push_and_tag_need_only_kernel_matrixs_git_repository(
+    name,
     author,
     runner_python,
     mirror,  # noqa: F811 - test_adoption's fixture
     engine,
     on_github,
+    request,
     tmp_path,
 ):
+    spec = REPOSITORIES[name]
     github, commit = on_github
     pinned = f"git+https://github.com/{RELEASE['repository']}@{commit}"
-    repository = tmp_path / "relu"
-    shutil.copytree(CORPUS / "kernels-community" / "relu", repository, ignore=shutil.ignore_patterns("__pycache__"))
+    repository = tmp_path / name
+    for folder, kernel in spec.kernels.items():
+        shutil.copytree(CORPUS / kernel, repository / folder, ignore=shutil.ignore_patterns("__pycache__"))
     init = subprocess.run(
         [author / "bin" / "kernel-matrix", "init", "--repository", RELEASE["repository"], "--ref", commit],
         cwd=repository,
@@ -193,33 +265,49 @@ def test_a_kernel_repositorys_first_push_and_tag_need_only_kernel_matrixs_git_re
     )
     assert init.returncode == 0, init.stdout + init.stderr
     assert "HF_TOKEN" in init.stdout + init.stderr  # the next steps name the secret to add
+    for kernel in spec.published:  # and the Hub repositories publish will write (create-access on the Hub)
+        assert kernel.repo_id in init.stdout, init.stdout
     caller = repository / ".github" / "workflows" / "kernel-matrix.yml"
     (job,) = yaml.safe_load(caller.read_text())["jobs"].values()
     # One commit, twice: the reusable workflow and the kernel-matrix every job installs.
     assert job["uses"] == f"{RELEASE['repository']}/.github/workflows/reusable-build.yml@{commit}"
     assert job["with"]["kernel-matrix"] == pinned
-    narrow(repository / "build_matrix.yaml", mirror)
+    matrix_file = repository / "build_matrix.yaml"
+    # What init wrote plans no job for a runner the author did not give, on the full grid too.
+    assert all(arch["gpu-test-runner"] == [] for arch in yaml.safe_load(matrix_file.read_text())["archs"].values())
+    if spec.cuda:
+        cell = request.getfixturevalue("local_cuda_cell")
+        narrow_to_cuda(matrix_file, cell)
+        published = tuple(Published(k.repo_id, k.check, cell.name) for k in spec.published)
+    else:
+        narrow(matrix_file, mirror)
+        published = spec.published
     git_repository(repository)
     squatter = squatter_index(tmp_path / "squatter")
     cache = ActionsCache(tmp_path / "actions-cache")
 
-    with HubServer(trusted_orgs=["kernels-community"]) as hub:
+    orgs = sorted({kernel.repo_id.split("/")[0] for kernel in published})
+    with HubServer(trusted_orgs=orgs) as hub:
         runner = (caller, repository, runner_python, hub)
         push = FirstRun(*runner, tmp_path / "push", cache, ref="refs/heads/main", squatter=squatter)
-        push.push()
+        cells = push.push()
+        assert len(cells) == len(published)
         # A push reads and writes the cross-run object cache (nothing yet to read on the first).
-        assert cache.restored == [None] and len(cache.saved) == 1
-        with pytest.raises(KeyError, match="no kernel repo"):  # nothing was published: no repo was even made
-            hub.commits("kernels-community/relu")
+        assert cache.restored == [None] * len(cells) and len(cache.saved) == len(cells)
+        for kernel in published:
+            with pytest.raises(KeyError, match="no kernel repo"):  # nothing was published: no repo was even made
+                hub.commits(kernel.repo_id)
 
-        tag = FirstRun(*runner, tmp_path / "tag", cache, ref="refs/tags/v1", squatter=squatter)
+        tag = FirstRun(*runner, tmp_path / "tag", cache, ref=f"refs/tags/{spec.tag}", squatter=squatter)
         tag.run()
         # The tag's release build neither restored nor saved a cache: it compiled cold.
-        assert cache.restored == [None] and len(cache.saved) == 1
-        assert f"build/{VARIANT}/metadata.json" in hub.files("kernels-community/relu", "v1")
-        # In a fresh process of the Python the jobs ran (the cell's torch, 2.13's CPU build).
-        loaded = load_released(hub, "kernels-community/relu", tmp_path, RELU_CHECK, runner_python / "bin" / "python")
-    assert f"/build/{VARIANT}/" in loaded
+        assert cache.restored == [None] * len(cells) and len(cache.saved) == len(cells)
+        python = runner_python / "bin" / "python"
+        for kernel in published:
+            assert f"build/{kernel.variant}/metadata.json" in hub.files(kernel.repo_id, spec.tag)
+            # In a fresh process of the Python the jobs ran, with the cell's torch (test-variant installed it).
+            loaded = load_released(hub, kernel.repo_id, tmp_path, kernel.check, python, version=int(spec.tag[1:]))
+            assert f"/build/{kernel.variant}/" in loaded
 
     # Every job installed kernel-matrix from the pinned commit and nothing else: the install steps of
     # plan, build, test-cpu and publish, and test-variant's cell environment.

@@ -24,6 +24,7 @@ from conftest import REPO, cli_jobs, cli_matrix, kernel_matrix, matrix_text
 
 from kernel_matrix.config.github_event import PULL_REQUEST_EVENTS
 from kernel_matrix.planning.matrix import PROFILES, load_matrix
+from kernel_matrix.running import test_variant
 
 WORKFLOW_DIR = REPO / ".github" / "workflows"
 WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
@@ -60,9 +61,9 @@ WRITERS = {
     ("release.yml", "github-release"): {"contents": "write"},
     ("release.yml", "pypi"): {"id-token": "write"},
 }
-# The test jobs' command as it ships in the package (scripts/test-variant runs it in this repository).
-TEST_VARIANT = REPO / "kernel_matrix" / "scripts" / "test-variant"
-USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] VARIANT[,VARIANT...]"
+# The test jobs' command as the workflows run it (scripts/test-variant runs it in this repository).
+TEST_VARIANT = [sys.executable, "-m", "kernel_matrix", "test-variant"]
+USAGE = test_variant.USAGE
 
 
 def load(path: Path) -> dict:
@@ -510,7 +511,7 @@ def test_every_job_is_one_command_a_developer_can_run():
                 if "test-variant" in s["run"]:  # the cell's environment installs the same kernel-matrix
                     cell["KERNEL_MATRIX_INSTALL"] = "${{ inputs.kernel-matrix }}"
                 assert s["env"] == cell, (job, s["run"])
-    assert os.access(TEST_VARIANT, os.X_OK) and os.access(REPO / "scripts" / "test-variant", os.X_OK)
+    assert os.access(REPO / "scripts" / "test-variant", os.X_OK)
     assert not (REPO / "scripts" / "gpu-test").exists(), "renamed to scripts/test-variant"
 
 
@@ -1795,6 +1796,7 @@ def test_test_variant_needs_one_variant_name(argv):
 
 
 @pytest.mark.parametrize("flags", [[], ["--cpu-only"]])
+@pytest.mark.processes  # Python started by bash (scripts/test-variant)
 def test_test_variant_refuses_a_variant_that_is_not_built(flags):
     command = [REPO / "scripts" / "test-variant", *flags, "torch299-cxx11-cu999-x86_64-linux"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
@@ -1835,15 +1837,22 @@ cuda = types.SimpleNamespace(
 
 
 def run_test_variant(
-    tmp_path, cell: dict, *flags, torch_cuda: str | None, gpu: bool, batch: tuple[dict, ...] = (), metadata: str = "{}"
+    tmp_path,
+    cell: dict,
+    *flags,
+    torch_cuda: str | None,
+    gpu: bool,
+    batch: tuple[dict, ...] = (),
+    metadata: str = "{}",
+    build_dir: str = "build",
 ) -> tuple[int, list[str], str]:
     """Run the packaged test-variant, as `kernel-matrix test-variant` does, in a kernel's repository holding a
     built cell (and the batch's others, tested together as CELL,OTHER,...), with the stand-ins; return its
     exit, log and stderr."""
     repo = tmp_path / "repo"
     for built in (cell, *batch):
-        (repo / "build" / built["variant"]).mkdir(parents=True)
-        (repo / "build" / built["variant"] / "metadata.json").write_text(metadata)
+        (repo / build_dir / built["variant"]).mkdir(parents=True)
+        (repo / build_dir / built["variant"] / "metadata.json").write_text(metadata)
     venv = tmp_path / "venv"
     for name, body in (("python", FAKE_PYTHON), ("kernel-matrix", FAKE_KERNEL_MATRIX)):
         (venv / "bin").mkdir(parents=True, exist_ok=True)
@@ -1867,7 +1876,7 @@ def run_test_variant(
     }
     (tmp_path / "log").write_text("")
     result = subprocess.run(
-        ["bash", TEST_VARIANT, *flags, ",".join(c["variant"] for c in (cell, *batch))],
+        [*TEST_VARIANT, *flags, ",".join(c["variant"] for c in (cell, *batch))],
         env=env,
         capture_output=True,
         text=True,
@@ -1916,6 +1925,23 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
         visible = "" if hidden else "unset"
         assert tests == [f"kernel-matrix test build/{cell['path']} CUDA_VISIBLE_DEVICES={visible}"]
         assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)
+
+
+@pytest.mark.processes
+def test_test_variant_tests_the_variant_in_the_build_folder_it_is_given(tmp_path):
+    cell = a_cell("cpu")
+    code, log, stderr = run_test_variant(
+        tmp_path, cell, "--build-dir", "out/b", torch_cuda=None, gpu=False, build_dir="out/b"
+    )
+    assert code == 0, stderr
+    tests = [line for line in log if line.startswith("kernel-matrix test")]
+    assert tests == [f"kernel-matrix test out/b/{cell['path']} CUDA_VISIBLE_DEVICES=unset"]
+    # Not built there: refused before any environment is made, naming the folder it looked in.
+    code, log, stderr = run_test_variant(
+        tmp_path / "elsewhere", cell, "--build-dir", "out/c", torch_cuda=None, gpu=False
+    )
+    assert code == 3 and f"out/c/{cell['variant']} is not a built variant" in stderr, stderr
+    assert log == []
 
 
 @pytest.mark.processes
@@ -1972,32 +1998,32 @@ def test_test_variant_installs_the_variants_python_depends_the_loader_knows(tmp_
 
 
 @pytest.mark.parametrize("variants", ["a,", ",a", "a,,b"])
-def test_test_variant_refuses_an_empty_name_in_a_batch(tmp_path, variants):
+def test_test_variant_refuses_an_empty_name_in_a_batch(tmp_path, variants, monkeypatch, capsys):
     (tmp_path / "build" / "a").mkdir(parents=True)
     (tmp_path / "build" / "a" / "metadata.json").write_text("{}")
     (tmp_path / "build" / "b").mkdir(parents=True)
     (tmp_path / "build" / "b" / "metadata.json").write_text("{}")
-    env = {**os.environ, "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
-    result = subprocess.run(["bash", TEST_VARIANT, variants], env=env, capture_output=True, text=True, cwd=tmp_path)
+    monkeypatch.setenv("PYTHON", "false")
+    request = test_variant.parse(["--build-dir", str(tmp_path / "build"), variants])
     # A usage error (2) beside no Python (4, PYTHON=false): test-variant's own code, 6 (docs/exit-codes.md).
-    assert result.returncode == 6 and USAGE in result.stderr, result.stderr
-    assert "variants failed: " in result.stderr
+    assert test_variant.run(request, "kernel-matrix==9.9.9") == 6
+    stderr = capsys.readouterr().err
+    assert USAGE in stderr and "variants failed: " in stderr, stderr
 
 
-def test_test_variant_removes_only_a_batchs_own_environments(tmp_path):
+def test_test_variant_removes_only_a_batchs_own_environments(tmp_path, monkeypatch, capsys):
     """After each variant of a batch its environment, build/.cache/test-variant/<name>, is removed: never a
     path a mistyped name points elsewhere."""
     victim = tmp_path / "build" / ".cache" / "victim"
     victim.mkdir(parents=True)
     own = tmp_path / "build" / ".cache" / "test-variant" / "a"
     own.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k != "TEST_VARIANT_VENV"}
-    env |= {"KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9", "PYTHON": "false"}
-    result = subprocess.run(
-        ["bash", TEST_VARIANT, "a,../victim"], env=env, capture_output=True, text=True, cwd=tmp_path
-    )
+    monkeypatch.delenv("TEST_VARIANT_VENV", raising=False)
+    monkeypatch.setenv("PYTHON", "false")
+    request = test_variant.parse(["--build-dir", str(tmp_path / "build"), "a,../victim"])
     # Neither is built (3 each): the code they share.
-    assert result.returncode == 3 and "error: 2 of 2 variants failed: a ../victim" in result.stderr, result.stderr
+    assert test_variant.run(request, "kernel-matrix==9.9.9") == 3
+    assert "error: 2 of 2 variants failed: a ../victim" in capsys.readouterr().err
     assert victim.is_dir() and not own.exists()
 
 

@@ -185,5 +185,6 @@ def test_an_environment_whose_python_the_cells_torch_refuses_is_one_line(monkeyp
         f"error: torch 9.8 needs Python >{this}, and {sys.executable} is Python {this}: "
         "make the environment with a newer one (PYTHON=python3.11)"
     )
-    script = (REPO / "kernel_matrix" / "scripts" / "test-variant").read_text()
-    assert '"$venv/bin/python" -m kernel_matrix.planning.torch_wheels "$torch_spec" || exit 4' in script
+    # test-variant asks the environment's own Python, and stops with TOOLCHAIN where it refuses.
+    source = (REPO / "kernel_matrix" / "running" / "test_variant.py").read_text()
+    assert '[env_python, "-m", "kernel_matrix.planning.torch_wheels", cell["torch_spec"]]' in source

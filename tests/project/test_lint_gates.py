@@ -225,7 +225,6 @@ def test_hadolint_catches_mistakes(tmp_path):
 # yet: shellcheck warns about its `mkdir -p -m 0700` (SC2174), for its owner to fix.
 SCRIPTS = [
     "scripts/test-variant",
-    "kernel_matrix/scripts/test-variant",
     "scripts/runner-host-setup",  # kernel_matrix/scripts/runner-host-setup, the wheel's copy
     "scripts/release-build",  # release.yml's jobs
     "scripts/release-smoke",

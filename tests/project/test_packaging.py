@@ -40,7 +40,6 @@ def test_the_package_ships_every_file_it_reads(tmp_path):
         "kernel_matrix/data/release.yaml",  # what init pins
         "kernel_matrix/templates/build_matrix.yaml.in",  # init's files
         "kernel_matrix/templates/caller-workflow.yml.in",
-        "kernel_matrix/scripts/test-variant",  # the test jobs' script
         "kernel_matrix/scripts/runner-host-setup",  # the GPU runner host's set-up (docs/runner-host.md)
         "kernel_matrix/py.typed",  # type checkers read the package's annotations
     }
