@@ -70,10 +70,10 @@ from kernel_matrix.planning.capabilities import (
     capability_order,
     compilable_range,
     gencode_flags,
+    generation,
     section_capabilities,
     select_capabilities,
     stable_abi_define,
-    strip_ptx,
     variant_archs,
 )
 from kernel_matrix.planning.resources import Parallelism, plan_parallelism
@@ -391,7 +391,7 @@ def _check_compilable(capabilities: list[str], cuda_version: str) -> None:
         return  # a toolkit the table does not know: nvcc says what it cannot do
     low, high = compilable
     for capability in capabilities:
-        if not low <= Version(strip_ptx(capability).rstrip("af")) <= high:
+        if not low <= generation(capability) <= high:
             raise ConfigError(
                 f"cuda capability {capability}: CUDA {cuda_version}'s nvcc compiles {low} to {high} "
                 "(--cuda-capabilities, or a matrix row)"

@@ -52,18 +52,18 @@ def select_capabilities(requested: list[str] | None, cuda_version: str, defaults
     open_targets = list(targets)
     for capability in [c for c in sources if c[-1] in "af"]:
         sources.remove(capability)
-        taken = [t for t in targets if _base(t) == _base(capability)]
+        taken = [t for t in targets if generation(t) == generation(capability)]
         if taken:
             open_targets = [t for t in open_targets if t not in taken]
             chosen.append(capability)
     sources.sort(key=Version)
     for target in open_targets:
-        base = _base(target)
+        base = generation(target)
         serving = [c for c in sources if Version(c) <= base and (c in with_ptx or Version(c).major == base.major)]
         if serving:
             chosen.append(serving[-1])
     if compilable := compilable_range(cuda_version):
-        chosen = [c for c in chosen if _base(c) >= compilable[0]]
+        chosen = [c for c in chosen if generation(c) >= compilable[0]]
     return sorted({c + PTX_SUFFIX if c in with_ptx else c for c in chosen}, key=capability_order)
 
 
@@ -170,20 +170,26 @@ def _parsed(arch: str) -> tuple[tuple[int, int], str, bool] | None:
     plain = strip_ptx(arch)
     if not CAPABILITY.match(plain):
         return None
-    major, minor = plain.rstrip("af").split(".")
-    return (int(major), int(minor)), plain[-1] if plain[-1] in "af" else "", arch.endswith(PTX_SUFFIX)
+    return gpu_target(plain), plain[-1] if plain[-1] in "af" else "", arch.endswith(PTX_SUFFIX)
 
 
 def strip_ptx(capability: str) -> str:
     return capability.removesuffix(PTX_SUFFIX)
 
 
-def _base(capability: str) -> Version:
+def generation(capability: str) -> Version:
+    """The GPU generation a capability compiles for: "9.0a", "9.0+PTX" -> 9.0."""
     return Version(strip_ptx(capability).rstrip("af"))
 
 
+def gpu_target(capability: str) -> tuple[int, int]:
+    """A GPU's capability as the loader's check_arch takes it: "9.0" -> (9, 0)."""
+    version = generation(capability)
+    return version.major, version.minor
+
+
 def capability_order(capability: str) -> tuple[Version, str]:
-    return (_base(capability), capability)
+    return (generation(capability), capability)
 
 
 def gencode_flags(capabilities: list[str], *, ptx_for_highest: bool = True) -> list[str]:

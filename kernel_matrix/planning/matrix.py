@@ -31,7 +31,7 @@ from kernel_matrix.config.matrix_schema import (
 )
 from kernel_matrix.config.yamlsource import Located, YamlProblems, load_located
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.planning.capabilities import compilable_range, default_capabilities, runs_on
+from kernel_matrix.planning.capabilities import compilable_range, default_capabilities, gpu_target, runs_on
 from kernel_matrix.planning.variants import Variant, cuda_tag
 
 # GitHub Actions refuses a job matrix with more cells than this.
@@ -81,8 +81,7 @@ class Cell:
             return False
         if self.gpu_test_capability is None or not self.archs:
             return True
-        major, minor = self.gpu_test_capability.split(".")
-        return runs_on(list(self.archs), (int(major), int(minor)))
+        return runs_on(list(self.archs), gpu_target(self.gpu_test_capability))
 
     @property
     def name(self) -> str:
