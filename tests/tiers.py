@@ -32,6 +32,9 @@ FULL_ONLY = {
     # The whole suite of img2gray (its exhaustive CPU check) again, against the CUDA variant: on a
     # machine without a GPU it runs what the CPU variant's run does.
     "tests/checking/test_kernel_suite.py::test_kernel_suite_passes_against_the_built_variant[cuda]": "43 s",
+    # README's main command and relu's commands again, by the kernel-matrix installed beside each loader
+    # (the gate installs each loader and tests a built variant with it).
+    "tests/checking/test_loader_versions.py::test_the_readmes_commands_pass_with_the_loader": "img2gray's CPU build and whole suite, relu's build, test and check-abi: 106-156 s per loader (beside other runs)",
     # Other kernels, and other editions of them (the gate builds img2gray).
     "tests/end_to_end/test_corpus.py": "the corpus's CPU-buildable cells and their own suites: 260 s",
     "tests/config/test_edition6.py::test_relu_in_edition_6_builds_its_cpu_variant_and_passes_its_suite": "90 s",

@@ -21,9 +21,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import ONE_KERNEL_TEST, REPO
+from conftest import ONE_KERNEL_TEST, REPO, needs_corpus
 from filelock import FileLock
 from packaging.version import Version
+from test_readme import readme_commands
 
 from kernel_matrix.planning.upstream import loaders_under_test
 
@@ -84,38 +85,53 @@ def new_form(legacy: str) -> str:
     return f"torch-{match[1]}.{match[2]}-cxx11-cpu-cpython-3.11-abi3-{match[3]}-linux"
 
 
+class LoaderEnvironment:
+    """A virtual environment holding this release of the loader and kernel-matrix's wheel, from one
+    `pip install` (kernel-matrix's other dependencies are .venv's, named by a .pth: nothing else is
+    installed), and a way to run commands in it."""
+
+    def __init__(self, version: str, wheel: Path, tmp_path: Path):
+        self.venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(self.venv)], check=True, timeout=SECONDS)
+        (site,) = (self.venv / "lib").glob("python3*/site-packages")
+        (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        python = self.venv / "bin" / "python"
+        # pip install of kernel-matrix's wheel beside this release resolves.
+        wheels, loader = loader_wheels(version), f"kernels=={version}"
+        install = pip("--python", str(python), "install", "--no-index", "--find-links", str(wheels), str(wheel), loader)
+        said = install.stdout + install.stderr
+        assert install.returncode == 0 and "incompatible" not in said and "ResolutionImpossible" not in said, said
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERNEL_MATRIX_"))}
+        self.env = env | {
+            "PATH": f"{self.venv / 'bin'}{os.pathsep}{env['PATH']}",
+            "VIRTUAL_ENV": str(self.venv),
+            "HF_HUB_OFFLINE": "1",
+        }
+        which = self.run(
+            str(python),
+            "-c",
+            "import importlib.metadata as m, kernel_matrix; print(m.version('kernels'), kernel_matrix.__file__)",
+            cwd=tmp_path,
+        )
+        loader_version, package = which.stdout.split()
+        assert loader_version == version and Path(package).is_relative_to(self.venv), which.stdout + which.stderr
+        self.kernel_matrix = str(self.venv / "bin" / "kernel-matrix")
+
+    def run(self, *argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=SECONDS, check=False)
+
+    def shell(self, command: str, cwd: Path = REPO) -> None:
+        """A documented command line, its `.venv/bin/kernel-matrix` this environment's."""
+        line = command.replace(".venv/bin/kernel-matrix", self.kernel_matrix)
+        result = self.run("bash", "-c", line, cwd=cwd)
+        assert result.returncode == 0, f"{line}\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+
+
 @pytest.mark.parametrize("version", LOADERS)
 def test_kernel_matrix_installs_plans_and_tests_a_variant_with_the_loader(version, wheel, built, tmp_path):
     cpu = built["cpu"]
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=SECONDS)
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    python = venv / "bin" / "python"
-
-    # pip install of kernel-matrix's wheel beside this release resolves (kernel-matrix's other
-    # dependencies are .venv's, already there).
-    wheels, loader = loader_wheels(version), f"kernels=={version}"
-    install = pip("--python", str(python), "install", "--no-index", "--find-links", str(wheels), str(wheel), loader)
-    said = install.stdout + install.stderr
-    assert install.returncode == 0 and "incompatible" not in said and "ResolutionImpossible" not in said, said
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "KERNEL_MATRIX_"))}
-    env |= {"PATH": f"{venv / 'bin'}{os.pathsep}{env['PATH']}", "VIRTUAL_ENV": str(venv), "HF_HUB_OFFLINE": "1"}
-
-    def run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=SECONDS, check=False)
-
-    which = run(
-        str(python),
-        "-c",
-        "import importlib.metadata as m, kernel_matrix; print(m.version('kernels'), kernel_matrix.__file__)",
-        cwd=tmp_path,
-    )
-    loader, package = which.stdout.split()
-    assert loader == version and Path(package).is_relative_to(venv), which.stdout + which.stderr
-
-    kernel_matrix = str(venv / "bin" / "kernel-matrix")
+    loader = LoaderEnvironment(version, wheel, tmp_path)
+    run, kernel_matrix = loader.run, loader.kernel_matrix
     planned = run(kernel_matrix, "matrix")
     assert planned.returncode == 0 and "Traceback" not in planned.stdout + planned.stderr, planned.stderr[-3000:]
 
@@ -132,3 +148,26 @@ def test_kernel_matrix_installs_plans_and_tests_a_variant_with_the_loader(versio
     tested = run(kernel_matrix, "test", name, "--build-dir", str(cpu.parent), *ONE_KERNEL_TEST)
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert f"passed {cpu.name}: all tests of img2gray: 1 ran" in tested.stderr, tested.stderr
+
+
+@needs_corpus
+@pytest.mark.build
+@pytest.mark.parametrize("version", LOADERS)
+def test_the_readmes_commands_pass_with_the_loader(version, wheel, tmp_path):
+    """Issue 36's acceptance with each loader: README's main command (`build && test`, this host's
+    CPU variant of img2gray, in a build folder of its own) and the commands for your kernel
+    (docs/guide/building.md: relu's build, test and check-abi, its build folder moved here), each
+    run by the kernel-matrix installed beside that loader: the variant it builds (metadata.json as
+    that loader reads it), loaded and tested by it."""
+    loader = LoaderEnvironment(version, wheel, tmp_path)
+    (main,) = [c for c in readme_commands() if c.startswith("scripts/setup-dev && ")]
+    main = main.removeprefix("scripts/setup-dev && ")
+    assert main == ".venv/bin/kernel-matrix build && .venv/bin/kernel-matrix test", main
+    own = f"--build-dir {tmp_path / 'img2gray'} --backend cpu"
+    loader.shell(main.replace("build &&", f"build {own} &&") + f" {own}")
+    (variant,) = [p for p in (tmp_path / "img2gray").iterdir() if (p / "metadata.json").is_file()]
+    assert variant.name.startswith("torch") and variant.name.endswith("-cpu-x86_64-linux"), variant
+    relu = readme_commands("Use it for your kernel")
+    assert len(relu) == 3 and all("--build-dir build/relu" in c for c in relu), relu
+    for command in relu:
+        loader.shell(command.replace("--build-dir build/relu", f"--build-dir {tmp_path / 'relu'}"))
