@@ -53,8 +53,8 @@ from kernel_matrix.errors import ExitCode, failure_code, shared_exit_code
 from kernel_matrix.layout import BuildDir
 
 USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] [--build-dir DIR] VARIANT[,VARIANT...]"
-# A batch removes only an environment whose name is one folder name: a mistyped `../x` never
-# removes anything.
+# A variant's and a kernel's name: one folder name, so that neither the variant's folder nor its
+# environment (which a batch removes once tested) is ever a path elsewhere (`../x`).
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -69,7 +69,7 @@ class Request:
 class Refused(Exception):
     """One variant's test stops here: the line to print and its exit code."""
 
-    def __init__(self, line: str, code: ExitCode) -> None:
+    def __init__(self, line: str, code: ExitCode) -> None:  # line: printed as "error: <line>"
         super().__init__(line)
         self.code = code
 
@@ -120,12 +120,13 @@ def run(request: Request, install: str) -> int:
 
 
 def _one(request: Request, variant: str, install: str) -> int:
+    if not variant:  # an empty name in a batch's list
+        print(USAGE, file=sys.stderr)
+        return int(ExitCode.CONFIG)
     try:
-        if not variant:
-            raise Refused(USAGE, ExitCode.CONFIG)
         return _test(request, variant, install)
     except Refused as refused:
-        print(refused if str(refused).startswith("usage:") else f"error: {refused}", file=sys.stderr)
+        print(f"error: {refused}", file=sys.stderr)
         return int(refused.code)
 
 
@@ -134,6 +135,10 @@ def _environment_name(kernel: str | None, variant: str) -> str:
 
 
 def _test(request: Request, variant: str, install: str) -> int:
+    # Names become folders (the variant's, its environment's): one folder name each, never a path.
+    for what, name in (("variant", variant), ("kernel", request.kernel)):
+        if name is not None and not _FOLDER_NAME.fullmatch(name):
+            raise Refused(f"{what} {name!r}: not a {what} name (one folder name)", ExitCode.CONFIG)
     root = BuildDir(request.build_dir)
     # <build-dir>/VARIANT (a matrix of one kernel) or <build-dir>/KERNEL/VARIANT (of several):
     # checked here before any environment is made, and at the matrix's own path below.
@@ -150,7 +155,8 @@ def _test(request: Request, variant: str, install: str) -> int:
     env_python, env_kernel_matrix = str(venv / "bin" / "python"), str(venv / "bin" / "kernel-matrix")
     if not os.access(env_python, os.X_OK):
         _say(f"creating {venv}")
-        _check([python, "-m", "venv", str(venv)], f"{python} -m venv {venv}")
+        if _status([python, "-m", "venv", str(venv)]) != 0:
+            raise Refused(f"{python} -m venv {venv} failed (above)", ExitCode.TOOLCHAIN)
     _say(f"installing {install} into {venv}")
     _pip(env_python, install)
 
@@ -236,11 +242,6 @@ def _pip(python: str, *args: str) -> None:
     argv = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
     if _status(argv) != 0:
         raise Refused(f"pip could not install {' '.join(args)} (above)", ExitCode.TOOLCHAIN)
-
-
-def _check(argv: list[str], what: str) -> None:
-    if _status(argv) != 0:
-        raise Refused(f"{what} failed (above)", ExitCode.TOOLCHAIN)
 
 
 def _status(argv: list[str], env: dict[str, str] | None = None) -> int:

@@ -2021,9 +2021,11 @@ def test_test_variant_removes_only_a_batchs_own_environments(tmp_path, monkeypat
     monkeypatch.delenv("TEST_VARIANT_VENV", raising=False)
     monkeypatch.setenv("PYTHON", "false")
     request = test_variant.parse(["--build-dir", str(tmp_path / "build"), "a,../victim"])
-    # Neither is built (3 each): the code they share.
-    assert test_variant.run(request, "kernel-matrix==9.9.9") == 3
-    assert "error: 2 of 2 variants failed: a ../victim" in capsys.readouterr().err
+    # a is not built (3); ../victim is not a variant's name (2): the batch's own code, 6.
+    assert test_variant.run(request, "kernel-matrix==9.9.9") == 6
+    stderr = capsys.readouterr().err
+    assert "error: variant '../victim': not a variant name (one folder name)" in stderr, stderr
+    assert "error: 2 of 2 variants failed: a ../victim" in stderr
     assert victim.is_dir() and not own.exists()
 
 
