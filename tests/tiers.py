@@ -37,7 +37,7 @@ FULL_ONLY = {
     "tests/checking/test_loader_versions.py::test_the_readmes_commands_pass_with_the_loader": "img2gray's CPU build and whole suite, relu's build, test and check-abi: 106-156 s per loader (beside other runs)",
     # Other kernels, and other editions of them (the gate builds img2gray).
     "tests/end_to_end/test_corpus.py": "the corpus's CPU-buildable cells and their own suites: 260 s",
-    "tests/config/test_edition6.py::test_relu_in_edition_6_builds_its_cpu_variant_and_passes_its_suite": "90 s",
+    "tests/config/test_edition6.py::test_corpus_kernels_in_edition_6_build_their_cpu_variant": "eight corpus kernels' CPU variants, relu's and einops' suites: 38-133 s each, 531 s together (beside other runs)",
     "tests/end_to_end/test_real_kernels.py": "a matrix of two real kernels built once for its tests (124 s in the gate's run), and its tests: 170 s",
     "tests/checking/test_kernel_suite.py::test_relus_cpu_suite_still_runs_on_the_cpu_job_and_fails_a_broken_variant": "95 s",
     "tests/checking/test_kernel_suite.py::test_activations_cuda_variant_on_the_cpu_job_is_loaded_and_its_suite_said_to_need_a_gpu": "45 s",

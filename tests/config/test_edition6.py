@@ -1,8 +1,8 @@
 """build.toml edition 6 (kernels 0.19.1's kernels-common, config/v6.rs) on real kernels: every
 public kernel of ../shared/corpus rewritten as edition 6 (tests/edition6.py, as kernel-builder's
 `update-build` rewrites it; the copy lives in tmp_path, the corpus is only read) plans the same
-cells, variants and notes as its original, and relu's edition 6 CPU variant builds and passes
-relu's own suite. Edition 6's own rules are tested in tests/config/test_buildtoml.py."""
+cells, variants and notes as its original, and each one's edition 6 CPU variant builds (relu's and
+einops' own suites pass). Edition 6's own rules are tested in tests/config/test_buildtoml.py."""
 
 import re
 from pathlib import Path
@@ -73,18 +73,43 @@ def test_a_misspelled_key_in_an_edition_6_section_is_one_line_at_its_place(tmp_p
     )
 
 
+# The corpus kernels with a cpu backend, and what their own suite says on CPU where it passes there
+# (the others' suites need a GPU, or another kernel built beside them: built and loaded only).
+CPU_KERNELS = {
+    "kernels-community/relu": "2 passed",
+    "kernels-community/einops": "59 passed",
+    "kernels-community/activation": None,
+    "kernels-community/rotary": None,
+    "kernels-community/quantization-gptq": None,
+    "kernels-community/megablocks": None,
+    "huggingface-kernels/symbol-conflicts": None,
+    "huggingface-kernels/symbol-conflicts2": None,
+}
+
+
+@needs_corpus
+def test_the_cpu_kernels_are_every_corpus_kernel_with_a_cpu_backend():
+    with_cpu = {f"{k.parent.name}/{k.name}" for k in CORPUS_KERNELS if "cpu" in load_build_toml(k).general.backends}
+    assert with_cpu == set(CPU_KERNELS)
+
+
 @needs_corpus
 @pytest.mark.build
-def test_relu_in_edition_6_builds_its_cpu_variant_and_passes_its_suite(tmp_path):
-    kernel = edition_6_copy(COMMUNITY / "relu", tmp_path / "relu", with_tests=True)
+@pytest.mark.parametrize("kernel", list(CPU_KERNELS))
+def test_corpus_kernels_in_edition_6_build_their_cpu_variant(kernel, tmp_path):
+    """Each corpus kernel with a cpu backend, rewritten as edition 6: its CPU variant builds (and
+    the build's load check, kernels.get_local_kernel, loads it); relu's and einops' own suites pass."""
+    name = kernel.split("/")[1]
+    converted = edition_6_copy(CORPUS / kernel, tmp_path / name, with_tests=True)
     build_dir = tmp_path / "build"
-    options = ["--kernel-dir", str(kernel), "--build-dir", str(build_dir), "--backend", "cpu"]
+    options = ["--kernel-dir", str(converted), "--build-dir", str(build_dir), "--backend", "cpu"]
     built = kernel_matrix("build", *options)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
-    # The skipped sections are named as in edition 5: by the backend their language builds for.
-    assert "[kernel.activation_xpu] (xpu), [kernel.activation_rocm] (rocm), [kernel.activation_metal] (metal)" in (
-        built.stderr
-    )
-    tested = kernel_matrix("test", *options)
-    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
-    assert "2 passed" in tested.stdout
+    assert [p for p in build_dir.iterdir() if (p / "metadata.json").is_file()], built.stderr
+    if name == "relu":  # The skipped sections are named as in edition 5: by the backend their language builds for.
+        skipped = "[kernel.activation_xpu] (xpu), [kernel.activation_rocm] (rocm), [kernel.activation_metal] (metal)"
+        assert skipped in built.stderr
+    if CPU_KERNELS[kernel] is not None:
+        tested = kernel_matrix("test", *options)
+        assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
+        assert CPU_KERNELS[kernel] in tested.stdout
