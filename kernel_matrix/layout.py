@@ -9,6 +9,9 @@
 <root>/summary.md                   the last container build's table
 <out>/.cache-new/                   a build container's new object-cache entries, merged by the host
 
+A kernel repository on the Hub (what publish uploads, verify and reuse download) holds each
+variant at <HUB_BUILD>/<variant>/ (hub_path), where the loader looks for it.
+
 Outside any build folder, the user's cache folder (user_cache()) holds what builds share on
 one host: pinned dependencies (deps/) and the locks of builder images being made (locks/).
 """
@@ -29,8 +32,17 @@ SIGNATURE = METADATA + ".sigstore"
 LOGS, CACHE = "logs", ".cache"
 # A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).
 CACHE_WRITES = CACHE + "-new"
+# The folder of a Hub kernel repository that holds its variants (kernel-builder's upload; the loader's
+# `build/<variant>`).
+HUB_BUILD = "build"
 # A cache scope's recipe: a sha256 in hex (one path component, never "..").
 _RECIPE = re.compile(r"[0-9a-f]{64}")
+
+
+def hub_path(variant: str, name: str = "") -> str:
+    """The path in a Hub kernel repository of a variant's folder ("build/<variant>/", with its
+    trailing slash: a prefix of its files) or of a file in it (name: relative to the folder)."""
+    return f"{HUB_BUILD}/{variant}/{name}"
 
 
 def user_cache() -> Path:

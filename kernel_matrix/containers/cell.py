@@ -177,7 +177,7 @@ def build_cell(
         if made != [cell.name]:
             raise BuildError(f"{cell.name}: the build in {image} made {made or 'nothing'} (see {log_path})")
         abi.gate(Path(private) / cell.name, cell.name)
-        final = build_dir / cell.name
+        final = where.variant(cell.name)
         replace_dir(Path(private) / cell.name, final)
         if cache is not None:
             with contextlib.suppress(OSError):  # a full or read-only cache only costs a later compile

@@ -118,11 +118,16 @@ def build_cells(
                 dependencies = set(declared_dependencies(config))
             inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies, source_date_epoch)
             record = BuildDir(build_dir).inputs_record(cell.name)
-            built = is_built(build_dir / cell.name)
+            built = is_built(BuildDir(build_dir).variant(cell.name))
             if built and record.is_file() and record.read_text() == inputs:
                 seconds = time.monotonic() - started[cell.name]
                 results[cell.name] = CellResult(
-                    cell, "up to date", seconds, image, "nothing changed", _so_bytes(build_dir / cell.name)
+                    cell,
+                    "up to date",
+                    seconds,
+                    image,
+                    "nothing changed",
+                    _so_bytes(BuildDir(build_dir).variant(cell.name)),
                 )
                 on_status(cell, "up to date")
                 continue

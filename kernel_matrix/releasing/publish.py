@@ -25,6 +25,7 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, Revi
 from huggingface_hub.hf_api import RepoFile
 
 from kernel_matrix.errors import ConfigError, NetworkError, PublishError
+from kernel_matrix.layout import HUB_BUILD, hub_path
 from kernel_matrix.releasing.release import ReleaseFile, git_blob_oid
 
 if TYPE_CHECKING:  # checked against the httpx2 the environment has
@@ -127,7 +128,7 @@ def _stale(path: str, *, new_branch: bool, kept_prefixes: tuple[str, ...]) -> bo
     build/ all but the kept variants', under benchmarks/ only benchmark*.py (upload.rs)."""
     if new_branch:
         return True
-    if path.startswith("build/"):
+    if path.startswith(HUB_BUILD + "/"):
         return not path.startswith(kept_prefixes)
     name = path.rsplit("/", 1)[-1]
     return name.startswith("benchmark") and name.endswith(".py")
@@ -148,7 +149,7 @@ def make_plan(
     new_branch = head is None if new_branch is None else new_branch
     # A new branch starts from main but inherits none of its build/ (or benchmarks/) files.
     remote = {
-        **remote_files(api, repo_id, head or "main", "build"),
+        **remote_files(api, repo_id, head or "main", HUB_BUILD),
         **remote_files(api, repo_id, head or "main", "benchmarks"),
     }
     plan = Plan(repo_id=repo_id, branch=branch, parent_commit=head)
@@ -158,7 +159,7 @@ def make_plan(
         remote_id = remote.get(file.path_in_repo)
         same = remote_id in (file.blob_oid, file.sha256)
         (plan.added if remote_id is None else plan.unchanged if same else plan.changed).append(file)
-    kept_prefixes = tuple(f"build/{variant}/" for variant in kept)
+    kept_prefixes = tuple(hub_path(variant) for variant in kept)
     plan.deleted = sorted(
         path for path in set(remote) - local_paths if _stale(path, new_branch=new_branch, kept_prefixes=kept_prefixes)
     )

@@ -14,7 +14,7 @@ from kernel_matrix.checking.abi import gate
 from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree
 from kernel_matrix.errors import ConfigError, NothingToDoError
-from kernel_matrix.layout import METADATA, SIGNATURE, is_built
+from kernel_matrix.layout import HUB_BUILD, METADATA, SIGNATURE, BuildDir, hub_path
 from kernel_matrix.releasing.signatures import sign_variant
 
 if TYPE_CHECKING:
@@ -101,13 +101,13 @@ def _utf8(name: str) -> bool:
 def release_files(build_dir: Path, variants: list[str]) -> list[ReleaseFile]:
     files = []
     for variant in variants:
-        root = build_dir / variant
+        root = BuildDir(build_dir).variant(variant)
         for path in sorted(root.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                relative = path.relative_to(build_dir).as_posix()
+                relative = path.relative_to(root).as_posix()
                 if not _utf8(relative):
                     raise ConfigError(f"{ascii(str(path))}: a file name that is not UTF-8 cannot go to the Hub")
-                files.append(_release_file(f"build/{relative}", path))
+                files.append(_release_file(hub_path(variant, relative), path))
     return files
 
 
@@ -152,7 +152,7 @@ def prepare_release(
     release unless allow_partial. named: every variant of the kernel the whole
     matrix names (default: expected); those not released are kept on the branch.
     kernel_dir: the kernel's folder, whose benchmarks/benchmark*.py are released too."""
-    built = [name for name in expected if is_built(build_dir / name)]
+    built = [name for name in expected if BuildDir(build_dir).is_built(name)]
     missing = [name for name in expected if name not in built]
     if missing and not allow_partial:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
@@ -162,7 +162,9 @@ def prepare_release(
         )
     if not built:
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
-    metadata = {name: checked_metadata(build_dir / name, config, manylinux=manylinux) for name in built}
+    metadata = {
+        name: checked_metadata(BuildDir(build_dir).variant(name), config, manylinux=manylinux) for name in built
+    }
     kept = tuple(name for name in (expected if named is None else named) if name not in built)
     files = release_files(build_dir, built) + (benchmark_files(kernel_dir) if kernel_dir else [])
     return Release(config=config, metadata=metadata, files=files, kept=kept, kernel_dir=kernel_dir)
@@ -175,9 +177,9 @@ def signed_release(release: Release, sign: Callable[[bytes], str]) -> Release:
     bundles = []
     for file in release.files:
         parts = file.path_in_repo.split("/")
-        if len(parts) == 3 and parts[0] == "build" and parts[2] == METADATA:
+        if len(parts) == 3 and parts[0] == HUB_BUILD and parts[2] == METADATA:
             bundle = sign_variant(file.local.parent, sign)
-            bundles.append(_release_file(f"build/{parts[1]}/{SIGNATURE}", bundle))
+            bundles.append(_release_file(hub_path(parts[1], SIGNATURE), bundle))
     kept = [file for file in release.files if not file.path_in_repo.endswith("/" + SIGNATURE)]
     return replace(release, files=[*kept, *bundles])
 

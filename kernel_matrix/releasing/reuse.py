@@ -21,7 +21,7 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, Repositor
 from kernel_matrix.building.published import Reused, other_inputs, take
 from kernel_matrix.containers.container_output import UnsafeOutputError, check_tree
 from kernel_matrix.errors import KernelMatrixError
-from kernel_matrix.layout import METADATA, SIGNATURE
+from kernel_matrix.layout import METADATA, SIGNATURE, hub_path
 from kernel_matrix.releasing import signatures
 from kernel_matrix.releasing.publish import REPO_TYPE
 from kernel_matrix.releasing.signatures import Signer
@@ -66,7 +66,7 @@ def fetch_verified(reuse: Reuse, variant: str, dest: Path, *, inputs: str | None
 
     try:
         metadata = hf_hub_download(
-            reuse.repo_id, f"build/{variant}/{METADATA}", repo_type=REPO_TYPE, revision=reuse.revision, local_dir=dest
+            reuse.repo_id, hub_path(variant, METADATA), repo_type=REPO_TYPE, revision=reuse.revision, local_dir=dest
         )
         recorded = json.loads(Path(metadata).read_text())["provenance"]["inputs"]
     except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError):

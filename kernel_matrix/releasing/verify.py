@@ -55,7 +55,7 @@ from kernel_matrix.errors import (
     ToolchainError,
     UntrustedError,
 )
-from kernel_matrix.layout import METADATA, is_built
+from kernel_matrix.layout import HUB_BUILD, METADATA, hub_path, is_built
 from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
 from kernel_matrix.planning.selection import Selection
 from kernel_matrix.releasing import signatures
@@ -395,7 +395,7 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise ConfigError(f"--repo-id {repo_id!r}: {str(exc).splitlines()[0]}") from None
-    patterns = [f"build/{name}/*" for name in variants] or ["build/*"]
+    patterns = [hub_path(name, "*") for name in variants] or [f"{HUB_BUILD}/*"]
     where = f"{repo_id}@{revision}"
     try:
         # The release's file names are anyone's: each is checked before anything is
@@ -422,11 +422,11 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
         raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
     except ValueError as exc:  # huggingface_hub's own refusal of a path, should the listing have changed since
         raise ConfigError(f"{where}: refusing the release's files: {_first_line(exc)} (nothing verified)") from None
-    build = dest / "build"
+    build = dest / HUB_BUILD
     found = sorted(d for d in build.iterdir() if is_built(d)) if build.is_dir() else []
     missing = sorted(set(variants) - {d.name for d in found})
     if missing:
-        raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in build/")
+        raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in {HUB_BUILD}/")
     if not found:
         raise NothingToDoError(f"{where}: no variant in build/ (nothing to verify)")
     for variant_dir in found:  # every one checked before any is rebuilt
@@ -503,7 +503,7 @@ def verify_command(
         with tempfile.TemporaryDirectory(prefix="kernel-matrix-release-") as scratch:
             log(f"downloading {repo_id}@{revision}")
             found = download_release(repo_id, revision, Path(scratch), variants)
-            outcomes = check(found, label=lambda path: f"build/{path.name}")
+            outcomes = check(found, label=lambda path: hub_path(path.name).rstrip("/"))
     for outcome in outcomes:
         for note in outcome.notes:
             log(f"note: {note}")
