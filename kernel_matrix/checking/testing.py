@@ -24,7 +24,7 @@ from kernel_matrix.checking import needs_gpu, untouched
 from kernel_matrix.checking.confine import writes_confined_to
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError, ConfigError, TestFailure, ToolchainError
-from kernel_matrix.layout import CACHE, METADATA, is_built
+from kernel_matrix.layout import CACHE, METADATA, BuildDir, is_built
 from kernel_matrix.planning.capabilities import runs_on
 from kernel_matrix.planning.variants import legacy_name
 
@@ -48,7 +48,7 @@ def resolve_variant_dir(target: str, build_dir: Path) -> Path:
     """A variant directory, given its path or its name under build_dir (kernels 0.19's new
     form of a name too: the legacy-named build that serves it)."""
     path = Path(target)
-    candidate = path if path.is_dir() else build_dir / legacy_name(target)
+    candidate = path if path.is_dir() else BuildDir(build_dir).variant(legacy_name(target))
     if not is_built(candidate):
         raise ConfigError(
             f"{target}: not a built variant (no {candidate / METADATA}); "
@@ -66,8 +66,9 @@ def resolve_host_variant(name: str, build_dir: Path, others: Mapping[str, str], 
     build_dir. Where it is not built but others are (`build --backend cpu` on a host with a
     CUDA torch), the one line names them and how to test one: by its name, or by the
     --backend that names it here (others: {backend: the variant it makes here})."""
+    here = BuildDir(build_dir)
     try:
-        built = sorted(d.name for d in build_dir.iterdir() if is_built(d)) if not is_built(build_dir / name) else []
+        built = sorted(d.name for d in build_dir.iterdir() if is_built(d)) if not here.is_built(name) else []
     except OSError:
         built = []  # not a folder: resolve_variant_dir says what is missing
     if not built:
@@ -76,8 +77,9 @@ def resolve_host_variant(name: str, build_dir: Path, others: Mapping[str, str], 
     backends = [f"`--backend {backend}`" for backend, other in others.items() if other in built]
     how = f"`kernel-matrix {command} {built[0]}`" if len(built) == 1 else f"`kernel-matrix {command} VARIANT`"
     verb = "test" if command == "test" else "check"
+    missing = here.variant(name) / METADATA
     raise ConfigError(
-        f"{name}: this host's variant is not built (no {build_dir / name / METADATA}); {build_dir} holds {shown}: "
+        f"{name}: this host's variant is not built (no {missing}); {build_dir} holds {shown}: "
         f"{verb} {'it' if len(built) == 1 else 'one'} with {' or '.join([how, *backends])}, or build {name} first"
     )
 
