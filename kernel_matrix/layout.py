@@ -32,8 +32,8 @@ SIGNATURE = METADATA + ".sigstore"
 LOGS, CACHE = "logs", ".cache"
 # A build container's own cache writes, beside the variant it makes (its scopes are read-only to it).
 CACHE_WRITES = CACHE + "-new"
-# The folder of a Hub kernel repository that holds its variants (kernel-builder's upload; the loader's
-# `build/<variant>`).
+# The folder of a kernel repository that holds its variants, on the Hub (kernel-builder's upload)
+# and in a kernel's own checkout (kernel-builder's output): the loader's `build/<variant>`.
 HUB_BUILD = "build"
 # A cache scope's recipe: a sha256 in hex (one path component, never "..").
 _RECIPE = re.compile(r"[0-9a-f]{64}")

@@ -24,7 +24,7 @@ from kernel_matrix.checking import needs_gpu, untouched
 from kernel_matrix.checking.confine import writes_confined_to
 from kernel_matrix.checking.scrubbed_env import scrubbed_environment
 from kernel_matrix.errors import BuildError, ConfigError, TestFailure, ToolchainError
-from kernel_matrix.layout import CACHE, METADATA, BuildDir, is_built
+from kernel_matrix.layout import CACHE, HUB_BUILD, METADATA, BuildDir, is_built
 from kernel_matrix.planning.capabilities import runs_on
 from kernel_matrix.planning.variants import legacy_name
 
@@ -260,8 +260,8 @@ def run_kernel_tests(
         shutil.copytree(tests, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
         # kernel-builder's layout beside it, <kernel>/build/<variant>: suites whose conftest looks
         # for the built variant there (maxsim's) find this one. A link inside the scratch folder only.
-        (Path(scratch) / "build").mkdir()
-        (Path(scratch) / "build" / variant_dir.name).symlink_to(variant_dir.resolve(), target_is_directory=True)
+        (Path(scratch) / HUB_BUILD).mkdir()
+        (Path(scratch) / HUB_BUILD / variant_dir.name).symlink_to(variant_dir.resolve(), target_is_directory=True)
         # `import <name>` for tests that import the package by name: an alias beside the
         # copy, on PYTHONPATH (so subprocesses the tests start have it too); the variant
         # folder gets nothing added, so its digest still holds for the loader.

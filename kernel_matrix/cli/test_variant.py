@@ -24,7 +24,7 @@ SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_opti
 def test_variant(ctx: typer.Context) -> None:
     """Test a built variant against exactly its cell's torch, in an environment of its own:
     [--cpu-only] [--kernel NAME] [--build-dir DIR] VARIANT[,VARIANT...]."""
-    if ctx.args in (["--help"], ["-h"]):
+    if ctx.args[:1] in (["--help"], ["-h"]):  # as every other command's --help: whatever follows
         print(job.__doc__)
         raise typer.Exit(0)
     request = job.parse(ctx.args)

@@ -20,7 +20,7 @@ PTX_SUFFIX = "+PTX"
 
 # A capability as --cuda-capabilities and metadata.json's archs (less +PTX) hold
 # it: 9.0, 9.0a, 10.0f. \Z, not $: $ also matches before a final newline.
-CAPABILITY = re.compile(rf"^{_TARGET}{_SPECIFIC}\Z")
+CAPABILITY = re.compile(rf"^{_TARGET}{_SPECIFIC}\Z", re.ASCII)
 
 # The pydantic types. Their patterns run in pydantic's Rust regex engine, where
 # $ is the end of the text (and \Z does not exist).

@@ -43,7 +43,7 @@ def build_user() -> tuple[int, int]:
 
 
 # Builds need no privileges: none are granted, and none can be gained. Every container
-# kernel-matrix starts has these, through the SDK (start) or `docker run` (run_options).
+# kernel-matrix starts has these, through the SDK (container()) or `docker run` (run_options).
 NO_PRIVILEGES: dict[str, Any] = {"cap_drop": ["ALL"], "security_opt": ["no-new-privileges"]}
 
 # The SDK's create() arguments this module uses, as `docker run` options.
@@ -57,7 +57,7 @@ _RUN_FLAGS = {
 
 
 def run_options(limits: Limits) -> list[str]:
-    """`docker run` options for a container as start() makes one with these limits: the same
+    """`docker run` options for a container as container() makes one with these limits: the same
     settings, written once (NO_PRIVILEGES, Limits.create_args), in the CLI's spelling."""
     options: list[str] = []
     for key, value in {**NO_PRIVILEGES, **limits.create_args()}.items():

@@ -428,9 +428,9 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
     if missing:
         raise NothingToDoError(f"{where}: no variant {', '.join(missing)} in {HUB_BUILD}/")
     if not found:
-        raise NothingToDoError(f"{where}: no variant in build/ (nothing to verify)")
+        raise NothingToDoError(f"{where}: no variant in {HUB_BUILD}/ (nothing to verify)")
     for variant_dir in found:  # every one checked before any is rebuilt
-        read_metadata(variant_dir, shown=f"{where}: build/{variant_dir.name}/{METADATA}")
+        read_metadata(variant_dir, shown=f"{where}: {hub_path(variant_dir.name, METADATA)}")
     return found
 
 

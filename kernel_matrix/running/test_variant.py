@@ -128,6 +128,9 @@ def _one(request: Request, variant: str, install: str) -> int:
     except Refused as refused:
         print(f"error: {refused}", file=sys.stderr)
         return int(refused.code)
+    except Exception as exc:  # a bug: one line, and a batch goes on with its other variants
+        print(f"error: testing {variant} failed unexpectedly: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return int(ExitCode.FAILURE)
 
 
 def _environment_name(kernel: str | None, variant: str) -> str:
@@ -181,12 +184,7 @@ def _test(request: Request, variant: str, install: str) -> int:
     _pip(env_python, "pytest", "numpy")
     # The variant's python-depends (einops, nvidia-cutlass-dsl, ...): the loader refuses it
     # without them. Only the names the kernels loader knows map to a package.
-    listed = subprocess.run(
-        [env_python, "-m", "kernel_matrix.checking.python_depends", str(variant_dir), cell["backend"]],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
+    listed = _run([env_python, "-m", "kernel_matrix.checking.python_depends", str(variant_dir), cell["backend"]])
     if listed.returncode != 0:
         raise Refused(f"{variant_dir}: its python-depends (above)", _code(listed.returncode))
     depends = listed.stdout.split()
@@ -205,18 +203,14 @@ def _test(request: Request, variant: str, install: str) -> int:
     checked = [env_python, "-m", "kernel_matrix.planning.torch_cuda", cell["cuda"] or "none", "--exact", *gpu]
     if _status(checked, env=test_env) != 0:
         raise Refused(f"{venv}'s torch cannot test {variant} (above)", ExitCode.TOOLCHAIN)
-    tested = subprocess.run([env_kernel_matrix, "test", str(variant_dir), *kernel_option], env=test_env, check=False)
-    return tested.returncode
+    tested = _run([env_kernel_matrix, "test", str(variant_dir), *kernel_option], env=test_env, output=False)
+    # As bash's exec gave it: a child killed by signal N is 128 + N.
+    return 128 - tested.returncode if tested.returncode < 0 else tested.returncode
 
 
 def _cell(kernel_matrix: str, variant: str, kernel_option: list[str]) -> dict[str, Any]:
     """The variant's cell as the environment's kernel-matrix plans it."""
-    planned = subprocess.run(
-        [kernel_matrix, "matrix", "--json", "--variant", variant, *kernel_option],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
+    planned = _run([kernel_matrix, "matrix", "--json", "--variant", variant, *kernel_option])
     if planned.returncode != 0:
         raise Refused(f"kernel-matrix matrix --variant {variant} failed (above)", _code(planned.returncode))
     try:
@@ -225,9 +219,20 @@ def _cell(kernel_matrix: str, variant: str, kernel_option: list[str]) -> dict[st
         raise Refused(
             f"kernel-matrix matrix --json printed no matrix: {planned.stdout[:200]!r}", ExitCode.FAILURE
         ) from None
+    if not cells:
+        raise Refused(f"kernel-matrix matrix --variant {variant} planned no cell", ExitCode.FAILURE)
     if len(cells) != 1:
         raise Refused("several kernels have this variant: name one with --kernel", ExitCode.CONFIG)
     cell: dict[str, Any] = cells[0]
+    # What this reads of it, from the environment's kernel-matrix (KERNEL_MATRIX_INSTALL: maybe
+    # another release than the one running this).
+    fields = ("path", "backend", "torch_spec", "torch_index")
+    if not isinstance(cell, dict) or not all(isinstance(cell.get(key), str) for key in fields):
+        raise Refused(
+            f"kernel-matrix matrix --json: a cell without {', '.join(fields)}: {cell!r:.200}", ExitCode.FAILURE
+        )
+    if not isinstance(cell.get("cuda"), str | None):
+        raise Refused(f"kernel-matrix matrix --json: a cell whose cuda is {cell.get('cuda')!r:.50}", ExitCode.FAILURE)
     return cell
 
 
@@ -250,6 +255,15 @@ def _status(argv: list[str], env: dict[str, str] | None = None) -> int:
     except OSError as exc:  # no such program
         print(f"{argv[0]}: {exc.strerror}", file=sys.stderr)
         return 127
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, output: bool = True) -> subprocess.CompletedProcess[str]:
+    """A child of the environment, its stdout captured (output); a program that is not there is
+    the environment's failure, one line."""
+    try:
+        return subprocess.run(argv, env=env, stdout=subprocess.PIPE if output else None, text=True, check=False)
+    except OSError as exc:
+        raise Refused(f"{argv[0]}: {exc.strerror} (the environment is incomplete)", ExitCode.TOOLCHAIN) from None
 
 
 def _version(python: str) -> str:

@@ -220,14 +220,20 @@ def test_a_test_variant_batch_exits_with_the_code_its_failures_share(tmp_path, b
 
 
 @pytest.mark.processes
-def test_kernel_matrix_test_variant_folds_a_batch_with_its_own_python(tmp_path):
-    """Through the command the workflows run, where no python3 on PATH works: the variants' refusals
-    come before any environment is made, and the codes are combined in kernel-matrix's own process."""
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9"}
+def test_kernel_matrix_test_variant_folds_a_batch_in_its_own_process(tmp_path):
+    """Through the command the workflows run, where no python3 on PATH can make an environment: a
+    built (4: no Python for its environment) and b not built (3) differ, so the batch exits with
+    test-variant's own code, 6, combined by kernel-matrix's own process."""
+    (tmp_path / "build" / "a").mkdir(parents=True)
+    (tmp_path / "build" / "a" / "metadata.json").write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "TEST_VARIANT_VENV")}
+    env |= {"KERNEL_MATRIX_INSTALL": "kernel-matrix==9.9.9"}
     bare = tmp_path / "no-python3"  # a PATH on which python3 runs nothing
     bare.mkdir()
     (bare / "python3").write_text("#!/bin/sh\nexit 1\n")
     (bare / "python3").chmod(0o755)
-    env["PATH"] = f"{bare}:{env['PATH']}"
+    env["PATH"] = f"{bare}:/usr/bin:/bin"
     result = kernel_matrix("test-variant", "a,b", cwd=tmp_path, env=env)
-    assert result.returncode == ExitCode.NOTHING_TO_DO, result.stderr
+    assert result.returncode == ExitCode.TEST, result.stderr
+    assert "error: kernel-matrix needs Python >= 3.10 (python3 is exit 1)" in result.stderr, result.stderr
+    assert "build/b is not a built variant" in result.stderr and not (tmp_path / "build" / ".cache").exists()

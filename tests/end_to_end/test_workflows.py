@@ -1945,6 +1945,21 @@ def test_test_variant_tests_the_variant_in_the_build_folder_it_is_given(tmp_path
 
 
 @pytest.mark.processes
+def test_test_variant_refuses_a_cell_it_cannot_read_and_goes_on_with_the_batch(tmp_path):
+    """The environment's kernel-matrix (KERNEL_MATRIX_INSTALL: maybe another release) plans a cell without a
+    field test-variant reads: that variant fails in one line, and the batch's next one is still tested."""
+    cpu = a_cell("cpu")
+    broken = {k: v for k, v in a_cell("cuda").items() if k != "torch_index"}
+    code, log, stderr = run_test_variant(tmp_path, broken, "--cpu-only", torch_cuda=None, gpu=False, batch=(cpu,))
+    assert "kernel-matrix matrix --json: a cell without path, backend, torch_spec, torch_index" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert [line for line in log if line.startswith("kernel-matrix test")] == [
+        f"kernel-matrix test build/{cpu['path']} CUDA_VISIBLE_DEVICES="
+    ]
+    assert code == 1 and stderr.rstrip().endswith(f"error: 1 of 2 variants failed: {broken['variant']}"), stderr
+
+
+@pytest.mark.processes
 def test_test_variant_tests_a_batch_each_in_turn_and_fails_if_one_failed(tmp_path):
     """A build workflow job's batch, CPU,CUDA --cpu-only with a CUDA build of torch: the CPU variant is refused
     (it needs a CPU build), the CUDA one after it is still tested, and the batch fails naming the one."""
