@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -197,12 +198,22 @@ def staged(final: Path) -> Iterator[Path]:
     `final`, old or absent, is left as it was.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
+    # Named first and made inside the try, not by mkdtemp before it: an interrupt that lands
+    # just after the folder is made (Ctrl-C as a build starts) still removes it. Only a folder
+    # this call made is removed: a name already taken is refused by mkdir, never cleaned up.
+    stage = final.parent / f".{final.name}.staging-{secrets.token_hex(8)}"
+    made = True
     try:
+        try:
+            stage.mkdir(mode=0o700)
+        except FileExistsError:
+            made = False
+            raise
         yield stage
         replace_dir(stage, final)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if made:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def replace_dir(new: Path, final: Path) -> None:
