@@ -90,6 +90,7 @@ def build_cells(
     # Before anything runs: a build folder holding a link, FIFO or device is refused (hostfiles).
     check_build_dir(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
+    where = BuildDir(build_dir)
     config = config or load_build_toml(kernel_dir)
     cache = None
     if cache_dir is not None:
@@ -117,17 +118,11 @@ def build_cells(
             if dependencies is None:
                 dependencies = set(declared_dependencies(config))
             inputs = input_hash(cell, image_id, kernel_dir.resolve(), dependencies, source_date_epoch)
-            record = BuildDir(build_dir).inputs_record(cell.name)
-            built = is_built(BuildDir(build_dir).variant(cell.name))
-            if built and record.is_file() and record.read_text() == inputs:
+            record, variant_dir = where.inputs_record(cell.name), where.variant(cell.name)
+            if is_built(variant_dir) and record.is_file() and record.read_text() == inputs:
                 seconds = time.monotonic() - started[cell.name]
                 results[cell.name] = CellResult(
-                    cell,
-                    "up to date",
-                    seconds,
-                    image,
-                    "nothing changed",
-                    _so_bytes(BuildDir(build_dir).variant(cell.name)),
+                    cell, "up to date", seconds, image, "nothing changed", _so_bytes(variant_dir)
                 )
                 on_status(cell, "up to date")
                 continue
@@ -176,7 +171,7 @@ def build_cells(
                     else "built: {} holds it from other inputs"
                 )
                 log(f"{cell.name}: {said.format(candidate[1])}")
-            write_file(BuildDir(build_dir).inputs_record(cell.name), inputs)
+            write_file(where.inputs_record(cell.name), inputs)
         except Exception as exc:  # noqa: BLE001 - whatever goes wrong, only this cell fails
             on_status(cell, "FAILED")
             if not isinstance(exc, (KernelMatrixError, docker.errors.DockerException)):

@@ -152,7 +152,8 @@ def prepare_release(
     release unless allow_partial. named: every variant of the kernel the whole
     matrix names (default: expected); those not released are kept on the branch.
     kernel_dir: the kernel's folder, whose benchmarks/benchmark*.py are released too."""
-    built = [name for name in expected if BuildDir(build_dir).is_built(name)]
+    where = BuildDir(build_dir)
+    built = [name for name in expected if where.is_built(name)]
     missing = [name for name in expected if name not in built]
     if missing and not allow_partial:
         shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
@@ -162,9 +163,7 @@ def prepare_release(
         )
     if not built:
         raise NothingToDoError(f"none of the {len(expected)} variants to release is built in {build_dir}")
-    metadata = {
-        name: checked_metadata(BuildDir(build_dir).variant(name), config, manylinux=manylinux) for name in built
-    }
+    metadata = {name: checked_metadata(where.variant(name), config, manylinux=manylinux) for name in built}
     kept = tuple(name for name in (expected if named is None else named) if name not in built)
     files = release_files(build_dir, built) + (benchmark_files(kernel_dir) if kernel_dir else [])
     return Release(config=config, metadata=metadata, files=files, kept=kept, kernel_dir=kernel_dir)

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_matrix.errors import ExitCode, failure_code, shared_exit_code
-from kernel_matrix.layout import BuildDir
+from kernel_matrix.layout import BuildDir, is_built
 
 USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] [--build-dir DIR] VARIANT[,VARIANT...]"
 # A variant's and a kernel's name: one folder name, so that neither the variant's folder nor its
@@ -169,7 +169,7 @@ def _test(request: Request, variant: str, install: str) -> int:
         variant_dir = root.planned(cell["path"])
     except ValueError as exc:
         raise Refused(f"kernel-matrix matrix --variant {variant}: {exc}", ExitCode.FAILURE) from None
-    if not variant_dir.joinpath("metadata.json").is_file():
+    if not is_built(variant_dir):
         raise Refused(_not_built(variant_dir, variant), ExitCode.NOTHING_TO_DO)
     # The cell's torch may need a newer Python than the environment's (torch 2.15: >= 3.11): one line, not pip's.
     if _status([env_python, "-m", "kernel_matrix.planning.torch_wheels", cell["torch_spec"]]) != 0:
