@@ -16,8 +16,10 @@ The package reads top-down, each group using only the groups above it:
 - ``adopting``: what ``kernel-matrix init`` sets up in a kernel's repository: the kernels
   found, the commit of kernel-matrix its workflows pin (checked on GitHub), where the
   matrix's jobs run, and the files it writes from templates.
-- ``running``: what composes a plan, its build and its checks for one job (a native build,
-  for ``kernel-matrix build`` and the build container's worker alike).
+- ``running``: the only group that composes a plan, its build and its checks: a native
+  build (``kernel-matrix build`` and the build container's worker alike), the selected
+  cells of ``build --profile`` (in containers, or natively for Python-only kernels),
+  verify's rebuild, and a test job (``test-variant``).
 - ``cli``: the ``kernel-matrix`` command, which only parses options and calls the above.
 
 ``errors`` (exit codes), ``layout`` (where things go under --build-dir) and ``data`` (the

@@ -23,6 +23,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# The default --build-dir, relative to where a command runs: the folder the workflows' jobs build
+# in, so also the root of their artifacts' paths (planning/github_jobs.py).
+DEFAULT_BUILD_DIR = Path("build")
 # Written last into a variant folder: its presence means the variant is whole.
 METADATA = "metadata.json"
 # metadata.json's Sigstore bundle beside it (publish --sign), as kernels-community's

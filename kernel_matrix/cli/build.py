@@ -35,7 +35,7 @@ from kernel_matrix.cli.options import (
 )
 from kernel_matrix.errors import BuildError, ConfigError, ExitCode, shared_exit_code
 from kernel_matrix.hostfiles import make_build_dir
-from kernel_matrix.layout import BuildDir
+from kernel_matrix.layout import DEFAULT_BUILD_DIR, BuildDir
 from kernel_matrix.planning.resources import CELL_TIMEOUT_S
 from kernel_matrix.planning.variants import ImageKind
 from kernel_matrix.running.native import build_native, published_of
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 def build(
     kernel_dir: KernelDirOption = None,
     kernel: KernelOption = None,
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     python: Python = None,
     backend: BackendOption = None,
     jobs: Annotated[
@@ -207,8 +207,8 @@ def _build_in_containers(
     published: Callable[[Kernel], Published] | None = None,
 ) -> None:
     from kernel_matrix.building.progress import live_progress
-    from kernel_matrix.containers.container_build import build_selection
     from kernel_matrix.hostfiles import check_build_dir
+    from kernel_matrix.running.cells import build_selection
 
     make_build_dir(build_dir)
     check_build_dir(build_dir)  # before anything runs: no link, FIFO or device the host would write through

@@ -23,7 +23,7 @@ from kernel_matrix.cli.options import (
     selection_of,
 )
 from kernel_matrix.errors import AbiError, ConfigError, ExitCode, KernelMatrixError
-from kernel_matrix.layout import METADATA, BuildDir
+from kernel_matrix.layout import DEFAULT_BUILD_DIR, METADATA, BuildDir
 
 if TYPE_CHECKING:
     from kernel_matrix.planning.selection import Kernel
@@ -37,7 +37,7 @@ def test(
     kernel_dir: KernelDirOption = None,
     kernel: KernelOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     python: Python = None,
     backend: BackendOption = None,
     pytest_args: Annotated[
@@ -154,7 +154,7 @@ def check_abi(
     kernel_dir: KernelDirOption = None,
     kernel: KernelOption = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     backend: BackendOption = None,
     python_abi: Annotated[str, typer.Option(help="Oldest CPython whose limited API the .so may use.")] = PYTHON_ABI,
     manylinux: Annotated[

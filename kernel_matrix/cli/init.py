@@ -46,6 +46,7 @@ from kernel_matrix.cli.console import console, stdout, styled
 from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.config.github_event import check_repository
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.layout import DEFAULT_BUILD_DIR
 from kernel_matrix.planning.github_jobs import batching
 from kernel_matrix.planning.selection import Selection
 
@@ -259,8 +260,9 @@ def _next_steps(
         f"(a new branch: git push -u origin HEAD, then a pull request). Pushes to {branch} ({why}) and v* tags "
         "build: another branch goes in the workflow's on.push.branches.",
     ]
-    if not ignored(directory, "build/"):  # where variants, logs and caches (gigabytes) go
-        steps.insert(-1, "Add build/ to .gitignore: kernel-matrix writes variants, logs and caches there.")
+    build_dir = f"{DEFAULT_BUILD_DIR.as_posix()}/"
+    if not ignored(directory, build_dir):  # where variants, logs and caches (gigabytes) go
+        steps.insert(-1, f"Add {build_dir} to .gitignore: kernel-matrix writes variants, logs and caches there.")
     stdout.print(styled(("Next steps:", "bold")))
     for number, step in enumerate(steps, 1):
         stdout.print(f"  {number}. {step}", soft_wrap=True)

@@ -19,6 +19,7 @@ from kernel_matrix.cli.options import (
     resolve,
     selection_of,
 )
+from kernel_matrix.layout import DEFAULT_BUILD_DIR
 
 if TYPE_CHECKING:
     from kernel_matrix.releasing.publish import Plan
@@ -32,7 +33,7 @@ def publish(
     ] = None,
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     profile: Annotated[str, typer.Option(help="The matrix profile this release must contain.")] = "full",
     allow_partial: Annotated[
@@ -140,7 +141,7 @@ def _print_plan(plan: Plan, *, dry_run: bool) -> None:
 
 
 def clean(
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     kernel_dir: KernelDirOption = None,
     dry_run: Annotated[bool, typer.Option(help="List what would be removed, remove nothing.")] = False,

@@ -22,7 +22,7 @@ from kernel_matrix.cli.options import (
     signer_of,
 )
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.layout import BuildDir
+from kernel_matrix.layout import DEFAULT_BUILD_DIR, BuildDir
 from kernel_matrix.planning.variants import ImageKind
 
 
@@ -48,7 +48,7 @@ def verify(
     ] = None,
     kernel_dir: KernelDirOption = None,
     kernel: KernelOption = None,
-    build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = Path("build"),
+    build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = DEFAULT_BUILD_DIR,
     python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: Annotated[
@@ -83,6 +83,7 @@ def verify(
     file) when one differs; 4 when a variant cannot be rebuilt here; 13 (one line per
     variant) when --signed-by finds one unsigned, foreign-signed, tampered or mismatched."""
     from kernel_matrix.releasing.verify import verify_command, verify_published
+    from kernel_matrix.running.rebuild import Rebuilder
 
     check_verify_options(repo_id, revision)
     for option, given in (("--signatures-only", signatures_only), ("--published", published)):
@@ -115,15 +116,20 @@ def verify(
         revision=revision,
         kernel_dir=chosen.dir,
         build_dir=folder,
-        python=python,
-        matrix_file=file,
-        image_kind=image.value if image else None,
-        in_container=in_container,
+        rebuilder=None
+        if signatures_only
+        else Rebuilder(
+            chosen.dir,
+            python=python,
+            matrix_file=file,
+            image_kind=image.value if image else None,
+            in_container=in_container,
+            log=_log,
+        ),
         log=_log,
         report=_report,
         signer=signer,
         trust_root=trust_root,
-        rebuild=not signatures_only,
     )
 
 

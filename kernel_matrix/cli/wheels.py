@@ -22,6 +22,7 @@ from kernel_matrix.cli.options import (
     selection_of,
 )
 from kernel_matrix.errors import BuildError, ConfigError, ExitCode, shared_exit_code
+from kernel_matrix.layout import DEFAULT_BUILD_DIR
 
 
 def wheels(
@@ -33,7 +34,7 @@ def wheels(
     file: MatrixFileOption = Path("build_matrix.yaml"),
     kernel: KernelOption = None,
     kernel_dir: KernelDirOption = None,
-    build_dir: BuildDirOption = Path("build"),
+    build_dir: BuildDirOption = DEFAULT_BUILD_DIR,
     out_dir: Annotated[
         Path | None, typer.Option(help="Where wheels are written (default: <build-dir>/wheels).", show_default=False)
     ] = None,

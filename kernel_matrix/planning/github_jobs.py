@@ -17,6 +17,7 @@ from math import ceil
 from typing import Any
 
 from kernel_matrix.errors import ConfigError
+from kernel_matrix.layout import DEFAULT_BUILD_DIR
 from kernel_matrix.planning.matrix import GITHUB_MATRIX_LIMIT, Cell
 
 # A job's time limit (timeout-minutes) for each of its cells, up to GitHub's limit for a job
@@ -33,8 +34,8 @@ class Job:
 
     kernel: str
     cells: tuple[Cell, ...]
-    paths: tuple[str, ...]  # each cell's variant folder under build/
-    logs: str  # the kernel's build-log folder under build/
+    paths: tuple[str, ...]  # each cell's variant folder under the jobs' build folder (DEFAULT_BUILD_DIR)
+    logs: str  # the kernel's build-log folder under it
 
     @property
     def name(self) -> str:
@@ -61,7 +62,7 @@ class Job:
             "wheel": first.variant.makes_wheel,  # the build job's `kernel-matrix wheels` step
             "cpu_test": first.cpu_testable,
             # upload-artifact's `path` input: one path a line.
-            "paths": "\n".join(f"build/{path}/" for path in self.paths),
+            "paths": "\n".join(f"{DEFAULT_BUILD_DIR.as_posix()}/{path}/" for path in self.paths),
             "logs": self.logs,
             # timeout-minutes (GitHub's expressions have no arithmetic: computed here).
             "build_minutes": min(BUILD_MINUTES_A_CELL * len(self.cells), GITHUB_JOB_MINUTES),

@@ -42,7 +42,7 @@ from kernel_matrix.config.buildtoml import (
 from kernel_matrix.config.didyoumean import did_you_mean
 from kernel_matrix.config.github_event import GithubEvent
 from kernel_matrix.errors import ConfigError
-from kernel_matrix.layout import BuildDir
+from kernel_matrix.layout import DEFAULT_BUILD_DIR, BuildDir
 from kernel_matrix.planning.capabilities import UnbuildableSection, section_capabilities, variant_archs
 from kernel_matrix.planning.github_jobs import Job, plan_jobs
 from kernel_matrix.planning.matrix import (
@@ -460,5 +460,5 @@ class Resolved:
 
     def build_paths(self, cell: Cell) -> tuple[str, str]:
         """The cell's variant folder and its kernel's log folder, relative to build/."""
-        build_dir = self.build_dir(Path("build"), self.kernel(cell))
+        build_dir = self.build_dir(DEFAULT_BUILD_DIR, self.kernel(cell))
         return build_dir.relative(cell.name), build_dir.logs.relative_to(build_dir.root).as_posix()

@@ -10,14 +10,13 @@ toolchain, SOURCE_DATE_EPOCH). Its provenance says how each build was made, so
 it may differ between a variant and its rebuild elsewhere (a container's Python,
 kernel-matrix's git state) while every byte the variant is made of, and the rest
 of metadata.json, is the same: that is reported as a note, not a difference.
-A variant is rebuilt natively where this host builds it (its torch, and nvcc
-for CUDA ones) with the toolchain it records; otherwise in its cell's builder
-image (as `kernel-matrix build --variant` builds it); a variant of another torch
-or CUDA is reported as not verified where no engine answers."""
+The rebuild is running/rebuild.py's: natively where this host builds the variant
+(its torch, and nvcc for CUDA ones) with the toolchain it records; otherwise in its
+cell's builder image (as `kernel-matrix build --variant` builds it); a variant of
+another torch or CUDA is reported as not verified where no engine answers."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -25,9 +24,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast, get_args
 
-from docker.errors import DockerException
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -38,16 +36,11 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build, toolchain_record
 from kernel_matrix.building.variant_dir import variant_files
 from kernel_matrix.checking.testing import hub_repo_id, resolve_variant_dir
 from kernel_matrix.config.buildtoml import Backend, BuildConfig, load_build_toml
-from kernel_matrix.containers.cell import build_cell
-from kernel_matrix.containers.engine import connect
-from kernel_matrix.containers.images import PipSetup, builder_for
 from kernel_matrix.errors import (
     ConfigError,
-    EngineError,
     KernelMatrixError,
     NetworkError,
     NothingToDoError,
@@ -57,7 +50,6 @@ from kernel_matrix.errors import (
 )
 from kernel_matrix.layout import HUB_BUILD, METADATA, hub_path, is_built
 from kernel_matrix.planning.capabilities import CAPABILITY, strip_ptx
-from kernel_matrix.planning.selection import Selection
 from kernel_matrix.releasing import signatures
 from kernel_matrix.releasing.publish import REPO_TYPE
 from kernel_matrix.releasing.release import release_branch
@@ -85,126 +77,20 @@ class Verification:
     notes: list[str] = field(default_factory=list)  # provenance that differs from the rebuild's
 
 
-@dataclass(frozen=True)
-class Rebuilder:
-    """How variants are rebuilt: natively, from kernel_dir against python's torch, or
-    in the builder image of their cell of matrix_file (always, with in_container)."""
+class Rebuild(Protocol):
+    """How verify rebuilds a variant (running/rebuild.py's Rebuilder): `rebuild` builds `name`
+    into out/<name> as its metadata.json records it, or raises ToolchainError saying why not here."""
 
-    kernel_dir: Path
-    python: str | None = None
-    matrix_file: Path | None = None  # None: native rebuilds only
-    image_kind: str | None = None  # offline or official; None: the matrix's
-    in_container: bool = False
-    log: Callable[[str], None] = lambda message: None
+    @property
+    def kernel_dir(self) -> Path: ...
 
-    def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path:
-        """Build `name` into out/<name> as it was built: its backend and CUDA
-        capabilities, its SOURCE_DATE_EPOCH; no object cache (the rebuild is
-        independent of it). Natively where this host builds that variant with the
-        toolchain it records; in its builder image where it does not (or with
-        in_container). ToolchainError when it cannot be rebuilt here."""
-        if load_build_toml(self.kernel_dir).noarch:  # Python only: no toolchain, nothing to build in a container
-            return self._native_noarch(name, metadata, out)
-        if self.in_container:
-            return self._in_container(name, metadata, out)
-        try:
-            plan = self._plan(name, metadata)
-        except ToolchainError as refusal:  # another torch or CUDA: only its builder image builds it
-            if self.matrix_file is None:
-                raise
-            self.log(f"{refusal}: rebuilding it in its builder image")
-            try:
-                return self._in_container(name, metadata, out)
-            except ToolchainError as exc:
-                raise ToolchainError(f"{refusal}; {exc}") from None
-        differences = _toolchain_differences(metadata, plan)
-        if differences and self.matrix_file is not None:  # its builder image has the toolchain it records
-            self.log(f"{name} was built with {differences}: rebuilding it in its builder image")
-            try:
-                return self._in_container(name, metadata, out)
-            except ToolchainError as exc:
-                self.log(f"{exc}: rebuilding it natively")  # the best there is here, said so
-        return self._native(plan, out, differences)
+    @property
+    def log(self) -> Callable[[str], None]: ...
 
-    def _plan(self, name: str, metadata: Metadata) -> BuildPlan:
-        """This host's plan for `name`, as it was built (its SOURCE_DATE_EPOCH where it
-        records one); ToolchainError if this host builds another variant."""
-        backend = metadata["backend"]["type"]
-        archs = metadata["backend"].get("archs")
-        plan = plan_build(
-            self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
-        )
-        if plan.variant.name != name:
-            raise ToolchainError(f"{name}: this host builds {plan.variant.name} ({plan.framework})")
-        if epoch := _recorded(metadata, "source-date-epoch"):
-            plan = dataclasses.replace(plan, source_date_epoch=epoch)
-        return plan
-
-    def _native(self, plan: BuildPlan, out: Path, differences: str) -> Path:
-        if differences:
-            self.log(f"note: {plan.variant.name} was built with {differences}: a difference may come from that")
-        return build_variant(plan, out).variant_dir
-
-    def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
-        backend = metadata["backend"]["type"]
-        made = build_noarch(self.kernel_dir, out, backends=[backend])
-        if name not in {m.name for m in made}:
-            raise ToolchainError(f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend")
-        return out / name
-
-    def _in_container(self, name: str, metadata: Metadata, out: Path) -> Path:
-        """The cell's build in its builder image, the same that `build --variant` runs."""
-        if self.matrix_file is None:
-            raise ToolchainError("no container rebuild: no matrix file names the cells")
-        try:
-            resolved = Selection(file=self.matrix_file, variants=(name,), kernel_dir=self.kernel_dir).resolve()
-            client = connect()
-        except (ConfigError, EngineError) as exc:
-            raise ToolchainError(f"no container rebuild: {_first_line(exc)}") from None
-        (cell,) = [c for c in resolved.cells if c.name == name]
-        archs = metadata["backend"].get("archs")
-        if cell.variant.cuda and archs:  # the capabilities it was built for, as natively
-            cell = dataclasses.replace(cell, capabilities=tuple(archs))
-        image = builder_for(client, cell, self.image_kind or resolved.matrix.spec.image, PipSetup.from_host(), self.log)
-        recorded = _recorded(metadata, "builder-image")
-        if recorded and recorded != client.images.get(image).id:
-            self.log(f"note: {name} was built in {recorded}; {image} is {client.images.get(image).id}")
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            made, _ = build_cell(
-                client,
-                cell,
-                image,
-                kernel_dir=self.kernel_dir,
-                build_dir=out,
-                jobs=None,
-                source_date_epoch=_recorded(metadata, "source-date-epoch"),
-            )
-        except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this
-            raise ToolchainError(f"the container rebuild failed: {_first_line(exc)}") from None
-        return made
+    def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path: ...
 
 
-# The toolchain fields that decide the bytes (provenance.toolchain); the builder
-# image and SOURCE_DATE_EPOCH are applied, not compared.
-_TOOLCHAIN_FIELDS = ("torch", "tvm-ffi", "python", "cxx", "nvcc")
-
-
-def _toolchain_differences(metadata: Metadata, plan: BuildPlan) -> str:
-    """How the recorded toolchain differs from this host's for plan ("" if it is the
-    same, or if the variant records none: an older kernel-matrix built it)."""
-    recorded = metadata.get("provenance", {}).get("toolchain")
-    if not isinstance(recorded, dict):
-        return ""
-    here = toolchain_record(plan)
-    return ", ".join(
-        f"{key} {recorded.get(key)} (here {here.get(key)})"
-        for key in _TOOLCHAIN_FIELDS
-        if recorded.get(key) != here.get(key)
-    )
-
-
-def _recorded(metadata: Metadata, key: str) -> str | None:
+def recorded(metadata: Metadata, key: str) -> str | None:
     """A field of metadata.json's provenance.toolchain (absent in older variants)."""
     toolchain = metadata.get("provenance", {}).get("toolchain", {})
     value = toolchain.get(key) if isinstance(toolchain, dict) else None
@@ -213,7 +99,7 @@ def _recorded(metadata: Metadata, key: str) -> str | None:
 
 def verify_variants(
     variant_dirs: list[Path],
-    rebuilder: Rebuilder,
+    rebuilder: Rebuild,
     *,
     label: Callable[[Path], str] = lambda path: path.name,
 ) -> list[Verification]:
@@ -415,13 +301,13 @@ def download_release(repo_id: str, revision: str, dest: Path, variants: list[str
     except (RepositoryNotFoundError, GatedRepoError):
         raise ConfigError(f"{where}: no such kernel repo, or HF_TOKEN may not read it") from None
     except LocalEntryNotFoundError as exc:  # the connection failed (or HF_HUB_OFFLINE without a copy)
-        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+        raise NetworkError(f"{where}: cannot download: {first_line(exc)}") from None
     except HfHubHTTPError as exc:
-        raise NetworkError(f"{where}: the Hub refused the download: {_first_line(exc)}") from None
+        raise NetworkError(f"{where}: the Hub refused the download: {first_line(exc)}") from None
     except OSError as exc:
-        raise NetworkError(f"{where}: cannot download: {_first_line(exc)}") from None
+        raise NetworkError(f"{where}: cannot download: {first_line(exc)}") from None
     except ValueError as exc:  # huggingface_hub's own refusal of a path, should the listing have changed since
-        raise ConfigError(f"{where}: refusing the release's files: {_first_line(exc)} (nothing verified)") from None
+        raise ConfigError(f"{where}: refusing the release's files: {first_line(exc)} (nothing verified)") from None
     build = dest / HUB_BUILD
     found = sorted(d for d in build.iterdir() if is_built(d)) if build.is_dir() else []
     missing = sorted(set(variants) - {d.name for d in found})
@@ -446,7 +332,7 @@ def _safe_release_path(name: str) -> bool:
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
@@ -457,32 +343,21 @@ def verify_command(
     revision: str | None,
     kernel_dir: Path,
     build_dir: Path,
-    python: str | None,
-    matrix_file: Path,
-    image_kind: str | None,
-    in_container: bool,
+    rebuilder: Rebuild | None,
     log: Callable[[str], None],
     report: Callable[[str], None],
     signer: Signer | None = None,
     trust_root: Path | None = None,
-    rebuild: bool = True,
 ) -> None:
     """The CLI's `verify` (its options checked there): local variant folders, or with
-    repo_id the release's (`variants`: the ones to verify, default all). With signer, each
-    variant's signature first (signatures.py; without rebuild, only that). Reports each
+    repo_id the release's (`variants`: the ones to verify, default all), each rebuilt by
+    rebuilder. With signer, each variant's signature first (signatures.py; without a
+    rebuilder, only that). Reports each
     identical (and signed) variant; raises UntrustedError (one line per variant whose
     signature is not signer's), NotReproducedError (one line per differing file) or
     ToolchainError (variants not rebuilt here)."""
     config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
     checker = signatures.verifier(trust_root) if signer is not None else None
-    rebuilder = Rebuilder(
-        kernel_dir,
-        python=python,
-        matrix_file=matrix_file,
-        image_kind=image_kind,
-        in_container=in_container,
-        log=log,
-    )
     untrusted: list[str] = []
 
     def check(found: list[Path], label: Callable[[Path], str]) -> list[Verification]:
@@ -493,7 +368,7 @@ def verify_command(
                     report(checked.line)
                 else:
                     untrusted.append(checked.line)
-        return verify_variants(found, rebuilder, label=label) if rebuild else []
+        return verify_variants(found, rebuilder, label=label) if rebuilder is not None else []
 
     if repo_id is None:
         # Named by path: two folders of one variant (a copy and the original) stay apart.
@@ -564,7 +439,7 @@ def _published_release(
         log(f"note: {repo_id}: no such kernel repo (or HF_TOKEN may not read it): nothing published to check")
         return []
     except (HfHubHTTPError, OSError) as exc:
-        raise NetworkError(f"{repo_id}: cannot list its branches: {_first_line(exc)}") from None
+        raise NetworkError(f"{repo_id}: cannot list its branches: {first_line(exc)}") from None
     branches = sorted(
         ref.name for ref in refs.branches if VERSION_BRANCH.match(ref.name) or ref.name == config.general.hub.branch
     )

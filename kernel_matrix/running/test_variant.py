@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_matrix.errors import ExitCode, failure_code, shared_exit_code
-from kernel_matrix.layout import BuildDir, is_built
+from kernel_matrix.layout import DEFAULT_BUILD_DIR, BuildDir, is_built
 
 USAGE = "usage: kernel-matrix test-variant [--cpu-only] [--kernel NAME] [--build-dir DIR] VARIANT[,VARIANT...]"
 # A variant's and a kernel's name: one folder name, so that neither the variant's folder nor its
@@ -63,7 +63,7 @@ class Request:
     variants: tuple[str, ...]  # one, or a batch
     cpu_only: bool = False
     kernel: str | None = None
-    build_dir: Path = Path("build")
+    build_dir: Path = DEFAULT_BUILD_DIR
 
 
 class Refused(Exception):
@@ -89,7 +89,7 @@ def parse(argv: Sequence[str]) -> Request | None:
             return None
     if len(rest) != 1 or not rest[0] or rest[0].startswith("-"):
         return None
-    kernel, build_dir = options.get("--kernel"), options.get("--build-dir", "build")
+    kernel, build_dir = options.get("--kernel"), options.get("--build-dir", str(DEFAULT_BUILD_DIR))
     return Request(
         variants=tuple(rest[0].split(",")) if "," in rest[0] else (rest[0],),
         cpu_only=options.get("--cpu-only") is True,

@@ -138,11 +138,12 @@ def test_a_workers_code_in_a_container_is_the_hosts(local_cuda_cell, engine, tmp
 
 def fake_engine(monkeypatch):
     """No engine needed: the builder images are said to be there (pool asks their id)."""
-    from kernel_matrix.containers import container_build, images
+    from kernel_matrix.containers import images
+    from kernel_matrix.running import cells as cell_runner
 
     engine = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
     monkeypatch.setattr(images, "builder_for", lambda *a, **kw: "builder")
-    monkeypatch.setattr(container_build, "connect", lambda: engine)
+    monkeypatch.setattr(cell_runner, "connect", lambda: engine)
 
 
 @pytest.mark.processes

@@ -18,10 +18,11 @@ from conftest import BUILT_CAPABILITIES, KERNEL_DIR, ONE_KERNEL_TEST, container_
 
 from kernel_matrix.checking import abi
 from kernel_matrix.cli.render import summary_markdown
-from kernel_matrix.containers import container_build, images, pool
+from kernel_matrix.containers import images, pool
 from kernel_matrix.containers.cell import RUN_LABEL
 from kernel_matrix.errors import AbiError, BuildError, ExitCode
 from kernel_matrix.planning.matrix import load_matrix, select
+from kernel_matrix.running import cells as cell_runner
 
 pytestmark = pytest.mark.build
 
@@ -530,7 +531,7 @@ def test_several_failing_cells_exit_with_the_code_they_share(monkeypatch, tmp_pa
     monkeypatch.setattr(pool, "build_cell", fake_build)
     monkeypatch.setattr(images, "builder_for", lambda *a, **kw: "builder")
     engine = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
-    monkeypatch.setattr(container_build, "connect", lambda: engine)
+    monkeypatch.setattr(cell_runner, "connect", lambda: engine)
     variants = [arg for cell in cells for arg in ("--variant", cell.name)]
     result = CliRunner().invoke(app, ["build", *variants, "--build-dir", str(tmp_path / "b"), "--image", "offline"])
     assert result.exception is not None and result.exception.exit_code == code, result.output
@@ -550,7 +551,7 @@ def test_a_kernels_sources_are_checked_once_on_the_host_before_any_cell_builds(m
     started = []
     monkeypatch.setattr(pool, "build_cell", lambda client, cell, image, **kw: started.append(cell.name))
     monkeypatch.setattr(images, "builder_for", lambda *a, **kw: started.append("image") or "builder")
-    monkeypatch.setattr(container_build, "connect", lambda: SimpleNamespace())
+    monkeypatch.setattr(cell_runner, "connect", lambda: SimpleNamespace())
     variants = [arg for cell in cells for arg in ("--variant", cell.name)]
     result = CliRunner().invoke(
         app,

@@ -61,6 +61,48 @@ def test_the_rule_finds_an_upward_import(tmp_path):
     assert imported(module) == [(2, "kernel_matrix.cli.console")]
 
 
+# What plans and executes a build, in the groups that own them: only running/ composes them (issue 37's
+# "one runner"), so that a build, a cell, a Python-only variant and verify's rebuild are planned,
+# built and checked one way. The group that owns a name may use it inside (pool runs build_cell).
+STAGE_ENTRIES = {
+    "kernel_matrix.building.native_build": {"plan_build", "build_variant", "build_noarch"},
+    "kernel_matrix.containers.cell": {"build_cell"},
+    "kernel_matrix.containers.pool": {"build_cells"},
+}
+
+
+def composers(source: str, group: str) -> list[str]:
+    """Where source, a module of group, imports a STAGE_ENTRIES name from another group:
+    `line: module.name`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module in STAGE_ENTRIES
+            and node.level == 0
+            and node.module.split(".")[1] != group
+        ):
+            names = sorted(a.name for a in node.names if a.name in STAGE_ENTRIES[node.module])
+            found += [f"{node.lineno}: {node.module}.{name}" for name in names]
+    return found
+
+
+def test_only_the_runner_composes_plans_and_builds():
+    outside = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (group := path.relative_to(PACKAGE).parts[0]) != "running"
+        for line in composers(path.read_text(), group)
+    ]
+    assert not outside, "plans and builds composed outside running/:\n" + "\n".join(outside)
+
+
+def test_the_runner_rule_finds_a_composer():
+    source = "def f():\n    from kernel_matrix.building.native_build import plan_build, write_build_stats\n"
+    assert composers(source, "releasing") == ["2: kernel_matrix.building.native_build.plan_build"]
+    assert composers(source, "building") == []  # its own group
+
+
 def test_no_cli_module_grows_past_its_limit():
     long = {
         p.name: n for p in (PACKAGE / "cli").glob("*.py") if (n := len(p.read_text().splitlines())) > CLI_MODULE_LINES

@@ -230,9 +230,10 @@ def failed_container_build(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
     from kernel_matrix.cli import app
-    from kernel_matrix.containers import container_build, images, pool
+    from kernel_matrix.containers import images, pool
     from kernel_matrix.errors import BuildError
     from kernel_matrix.planning.matrix import load_matrix, select
+    from kernel_matrix.running import cells as cell_runner
 
     (cell,) = select(load_matrix(KERNEL_DIR.parent / "build_matrix.yaml"), only="torch=2.14,arch=x86_64,cuda=13.0")
     failure = f"{cell.name}: the build in builder failed (exit 1): {ESCAPES} {TABLE_BREAKER}"
@@ -243,7 +244,7 @@ def failed_container_build(monkeypatch, tmp_path):
     monkeypatch.setattr(pool, "build_cell", fake_build)
     monkeypatch.setattr(images, "builder_for", lambda *a, **kw: "builder")
     engine = SimpleNamespace(images=SimpleNamespace(get=lambda tag: SimpleNamespace(id="sha256:0")))
-    monkeypatch.setattr(container_build, "connect", lambda: engine)
+    monkeypatch.setattr(cell_runner, "connect", lambda: engine)
     step_summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     build_dir = tmp_path / "b"

@@ -29,7 +29,7 @@
  * torch's libraries load. Left out: what libanl, libresolv and libutil held
  * (getaddrinfo_a, ns_name_*, openpty...), which nothing loads there: a call stays
  * at GLIBC_2.34, and the ABI check says so at build time rather than the loader
- * at import. tests/test_container_build.py checks the table against the libc of
+ * at import. tests/containers/test_container_build.py checks the table against the libc of
  * the machine it runs on. A .symver of a function a source does not call adds
  * nothing to its object. */
 #ifndef KERNEL_MATRIX_SYMBOLS_H

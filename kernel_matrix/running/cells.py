@@ -1,8 +1,10 @@
-"""`kernel-matrix build --profile/--only/--variant`: the selected cells of every
-kernel, each kernel in turn. A compiled kernel's cells are built in their builder
-containers (pool.py, one cell: cell.py); a Python-only kernel's variants need no
-compiler, so they are made here, natively. The results are returned for the CLI to
-show (and to write as build/summary.md)."""
+"""`kernel-matrix build --profile/--only/--variant`: the runner of the selected cells of
+every kernel, each kernel in turn. A compiled kernel's cells are built in their builder
+containers (containers/pool.py; one cell: containers/cell.py, whose worker runs native.py in
+the container and writes the cell's exit code beside its logs); a Python-only kernel's
+variants need no compiler, so they are made here, natively. Each cell's outcome is a
+CellResult (its variant folder or its one line, its seconds, its exit code), returned for
+the CLI to show, to write as build/summary.md and to fold into one exit code."""
 
 from __future__ import annotations
 
