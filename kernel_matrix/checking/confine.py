@@ -57,8 +57,13 @@ _WRITE_RIGHTS = (
 # cannot stop truncate(2) of a file outside them (TRUNCATE came with ABI 3, Linux 6.2).
 _MIN_ABI = 3
 # Where any program writes, whatever it runs: /dev/null, a terminal, /dev/shm (torch's
-# shared memory), the GPU's device files.
-ALWAYS_WRITABLE = (Path("/dev"),)
+# shared memory), the GPU's device files; and /proc, where the CUDA driver writes as it starts:
+# without it, torch.cuda.is_available() is False in a confined child ("Error 304: OS call
+# failed", seen on an H100 host: /proc alone of /proc, /sys, /run, /var, /dev/shm, /tmp and HOME
+# brings it back). What /proc gives is no way out: a magic link (/proc/self/root/..., /proc/self/
+# fd/N) resolves to the file itself, which the ruleset still judges where it is, and Landlock keeps
+# a confined process from the memory of any process outside its domain (/proc/PID/mem).
+ALWAYS_WRITABLE = (Path("/dev"), Path("/proc"))
 
 
 class _RulesetAttr(ctypes.Structure):
