@@ -162,14 +162,21 @@ def _installed_metadata(package: str, python: str | None) -> object:
 _FAILED = object()
 
 
-def _probe(python: str | None, code: str, *args: str, timeout: int) -> object:
-    """The JSON that `code` prints in the tests' interpreter, or _FAILED."""
+def _probe(python: str | None, code: str, *args: str, timeout: int, confined: bool = False) -> object:
+    """The JSON that `code` prints in the tests' interpreter, or _FAILED. confined: writing
+    nowhere but where every program writes, as the suite is confined (what it sees)."""
     try:
-        probe = subprocess.run(
-            [python or sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        with writes_confined_to([]) if confined else contextlib.nullcontext(None) as confinement:
+            probe = subprocess.run(
+                [python or sys.executable, "-c", code, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                preexec_fn=confinement.preexec_fn if confinement else None,
+            )
         return json.loads(probe.stdout) if probe.returncode == 0 else _FAILED
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+    except (OSError, subprocess.SubprocessError, ValueError):  # TimeoutExpired is a SubprocessError
         return _FAILED
 
 
@@ -399,7 +406,9 @@ def gpu_check(metadata: object, python: str | None) -> GpuCheck:
     backend = metadata.get("backend") if isinstance(metadata, dict) else None
     if not isinstance(backend, dict) or backend.get("type") != "cuda":
         return GpuCheck()
-    capability = _probe(python, _GPU_PROBE, timeout=300)
+    # Confined as the suite will be: the GPU it sees. (A confinement that kept the CUDA driver
+    # from starting once let a GPU job pass with every CUDA case skipped: confine.py's /proc.)
+    capability = _probe(python, _GPU_PROBE, timeout=300, confined=True)
     if capability is None:
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
         note = "no GPU that this torch can use: the suite's CUDA cases will skip or fail here (run it on a GPU)"

@@ -148,3 +148,22 @@ def test_where_writes_cannot_be_confined_it_says_why(monkeypatch):
     with confine.writes_confined_to([Path.cwd()]) as confinement:
         assert confinement.preexec_fn is None
         assert confinement.missing == "darwin has no Landlock"
+
+
+@pytest.mark.processes
+def test_the_gpu_probe_sees_the_machine_as_the_confined_suite_does(tmp_path):
+    """gpu_check asks the tests' interpreter for its GPU confined as the suite will be, so that a
+    confinement that hides the GPU (it once did: confine.py's /proc) shows as no GPU, not a pass."""
+    if confine._landlock()[0] is None:
+        pytest.skip(f"this machine cannot confine writes: {confine._landlock()[2]}")
+    from kernel_matrix.checking import testing
+
+    attempt = (
+        "import json, pathlib, sys\n"
+        "try:\n    pathlib.Path(sys.argv[1]).write_text('x')\n    print(json.dumps('wrote'))\n"
+        "except OSError:\n    print(json.dumps('refused'))\n"
+    )
+    target = tmp_path / "probe-was-here"
+    assert testing._probe(None, attempt, str(target), timeout=60, confined=True) == "refused"
+    assert not target.exists()
+    assert testing._probe(None, attempt, str(target), timeout=60) == "wrote"
