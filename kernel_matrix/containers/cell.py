@@ -37,7 +37,7 @@ from kernel_matrix.errors import BuildError, ConfigError
 from kernel_matrix.hostfiles import real_dir, write_file
 from kernel_matrix.layout import BuildDir, is_built
 from kernel_matrix.planning.matrix import Cell
-from kernel_matrix.planning.variants import host_arch
+from kernel_matrix.planning.variants import host_arch, oci_platform
 
 # Marks the containers of one `build` run, so an interrupt can kill exactly those.
 RUN_LABEL = "kernel-matrix.run"
@@ -148,6 +148,7 @@ def build_cell(
             env=env,
             labels=labels,
             limits=limits,
+            platform=oci_platform(cell.variant.arch),  # the arch as a value the engine is given, and checks
         ) as box:
             result = box.run(argv, timeout=timeout)
         inside = f"{CONTAINER_OUT}/"  # its paths in messages, shown as the host's

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 from docker.errors import DockerException, ImageNotFound
 
-from kernel_matrix.errors import EngineError
+from kernel_matrix.errors import EngineError, ToolchainError
 
 if TYPE_CHECKING:
     from docker.models.containers import Container as ContainerHandle
@@ -181,16 +181,24 @@ def container(
     name: str | None = None,
     labels: dict[str, str] | None = None,
     limits: Limits | None = None,
+    platform: str | None = None,
 ) -> Iterator[Container]:
     """Run `image` idle (its commands come through Container.run), always removing it.
 
     network is "none" unless a step must reach a package registry ("host");
     user defaults to the caller's uid:gid, so files written to mounts are theirs;
-    limits, when given, make the root filesystem read-only and cap processes and memory."""
+    limits, when given, make the root filesystem read-only and cap processes and memory;
+    platform ("linux/amd64"), when given, is what the image must be made for (ToolchainError
+    if it is another: the engine would emulate it, or fail at the first command) and what the
+    engine is told to run."""
     try:
-        client.images.get(image)
+        found = client.images.get(image)
     except ImageNotFound:
         raise EngineError(f"image {image} is not present in the engine (it is never pulled): build it first") from None
+    if platform is not None:
+        made_for = f"{found.attrs.get('Os')}/{found.attrs.get('Architecture')}"
+        if made_for != platform:
+            raise ToolchainError(f"image {image} is made for {made_for}, not {platform}: build it on a {platform} host")
     try:
         handle = client.containers.create(
             image,
@@ -204,6 +212,7 @@ def container(
             detach=True,
             **NO_PRIVILEGES,
             **(limits.create_args() if limits else {}),
+            platform=platform,
         )
     except DockerException as exc:
         raise EngineError(f"cannot create a container of {image}: {_reason(exc)}") from None

@@ -116,6 +116,15 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
+# A variant's CPU arch as the OCI platform a container engine runs it on (and an image is made for).
+OCI_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+
+
+def oci_platform(arch: str) -> str:
+    """'x86_64' -> 'linux/amd64': what the engine is told a cell's container runs as."""
+    return OCI_PLATFORMS[arch]
+
+
 def torch_minor(version: str) -> str:
     """'2.14.1+cu130' -> '2.14'."""
     release = Version(version).release

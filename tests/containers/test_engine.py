@@ -9,7 +9,8 @@ import tarfile
 import pytest
 
 from kernel_matrix.containers.engine import Limits, Mount, connect, container, run_options
-from kernel_matrix.errors import EngineError
+from kernel_matrix.errors import EngineError, ToolchainError
+from kernel_matrix.planning.variants import OCI_PLATFORMS, host_arch
 
 IMAGE = "kernel-matrix-test/busybox:1"
 
@@ -105,6 +106,26 @@ def test_source_mounts_are_read_only_and_outputs_belong_to_the_caller(engine, bu
 def test_an_image_that_is_not_there_is_never_pulled(engine):
     with pytest.raises(EngineError, match="is not present in the engine"), container(engine, "nvidia/cuda:x"):
         pass
+
+
+def test_a_container_runs_on_the_platform_it_is_given_and_its_image_is_made_for(engine, busybox, tmp_path):
+    """The cell's arch is a value the engine is given: an image made for another platform (an
+    aarch64 builder where an x86_64 cell runs) is refused before any container is made of it."""
+    here = OCI_PLATFORMS[host_arch()]
+    with container(engine, busybox, platform=here) as box:
+        assert box.run(["sh", "-c", "exit 0"]).exit_code == 0
+    other = next(p for a, p in OCI_PLATFORMS.items() if a != host_arch())
+    foreign = "kernel-matrix-test/foreign:1"
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /\n")  # no RUN: nothing emulated
+    engine.images.build(path=str(tmp_path), tag=foreign, platform=other, rm=True)
+    try:
+        before = ours(engine)
+        refused = pytest.raises(ToolchainError, match=f"image {foreign} is made for {other}, not {here}")
+        with refused, container(engine, foreign, platform=here):
+            pass
+        assert ours(engine) <= before  # refused before a container was made
+    finally:
+        engine.images.remove(foreign, force=True)
 
 
 def test_no_engine_is_one_clear_error(monkeypatch):
