@@ -196,6 +196,7 @@ def run_kernel_tests(
     pytest_args: Sequence[str] = (),
     local_kernels: Mapping[str, Path] | None = None,
     say: Callable[[str], None] = lambda note: None,
+    require_gpu: bool = False,
 ) -> Outcome:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
@@ -210,7 +211,8 @@ def run_kernel_tests(
     reason, the variant is loaded by the real loader instead. The suite's environment is
     scrubbed (scrubbed_env), with a HOME of its own under the variant's build folder,
     made for this run and removed after it. Returns what ran; raises TestFailure if it
-    failed, ToolchainError where the tests' Python lacks pytest, torch or kernels."""
+    failed, ToolchainError where the tests' Python lacks pytest, torch or kernels, or
+    (require_gpu: a GPU test job) where a CUDA variant's suite would see no GPU."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
     config = load_build_toml(kernel_dir)
@@ -235,6 +237,11 @@ def run_kernel_tests(
     gpu = gpu_check(metadata, python)
     if gpu.refusal:
         return Outcome(gpu.refusal, skipped=True)
+    if gpu.absent and require_gpu:  # the GPU job: its CUDA cases run, or it fails; never a quiet pass
+        raise ToolchainError(
+            f"{variant_dir.name}: the suite would see no GPU that its torch can use (--require-gpu: "
+            "a GPU test job runs the CUDA cases or fails)"
+        )
     if gpu.absent and "cpu" not in config.general.backends:
         backends = json.dumps(config.general.backends)
         return _load_only(variant_dir, metadata, python, f"general.backends {backends} has no cpu")

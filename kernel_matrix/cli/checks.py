@@ -47,6 +47,14 @@ def test(
         str | None,
         typer.Option(help="Test this package as installed in --python's environment (from a wheel), not a variant."),
     ] = None,
+    require_gpu: Annotated[
+        bool,
+        typer.Option(
+            "--require-gpu",
+            help="A CUDA variant's suite must see a GPU its torch can use (a GPU test job): exit 4 where it "
+            "would not, instead of skipping its CUDA cases.",
+        ),
+    ] = False,
 ) -> None:
     """Run the kernel's own tests against a built variant, loaded by `kernels` in a fresh process."""
     from kernel_matrix.checking.testing import (
@@ -95,6 +103,7 @@ def test(
             pytest_args=pytest_args or [],
             local_kernels=built_alongside(variant_dir.name, others),
             say=lambda note: console.print(styled(("note", "yellow"), f" {variant_dir.name}: {note}"), soft_wrap=True),
+            require_gpu=require_gpu,
         )
         verdict = ("skipped", "yellow") if outcome.skipped else ("passed", "green")
         console.print(styled(verdict, f" {variant_dir.name}: {outcome.text}"), soft_wrap=True)

@@ -203,7 +203,9 @@ def _test(request: Request, variant: str, install: str) -> int:
     checked = [env_python, "-m", "kernel_matrix.planning.torch_cuda", cell["cuda"] or "none", "--exact", *gpu]
     if _status(checked, env=test_env) != 0:
         raise Refused(f"{venv}'s torch cannot test {variant} (above)", ExitCode.TOOLCHAIN)
-    tested = _run([env_kernel_matrix, "test", str(variant_dir), *kernel_option], env=test_env, output=False)
+    # The GPU job's suite must see the GPU too (its CUDA cases run, or the job fails), as the check above did.
+    required = ["--require-gpu"] if gpu else []
+    tested = _run([env_kernel_matrix, "test", str(variant_dir), *kernel_option, *required], env=test_env, output=False)
     # As bash's exec gave it: a child killed by signal N is 128 + N.
     return 128 - tested.returncode if tested.returncode < 0 else tested.returncode
 

@@ -177,6 +177,27 @@ NEEDS_CUDA = "import torch\n\n\ndef test_needs_cuda():\n    assert torch.zeros(2
 
 
 @pytest.mark.processes
+def test_a_gpu_test_job_fails_where_the_suite_would_see_no_gpu(tmp_path):
+    """--require-gpu (test-variant's GPU job): a CUDA variant whose suite would see no GPU is a
+    missing tool (4), not a pass with its CUDA cases skipped; a CPU variant is tested as ever."""
+    kernel = python_only_kernel(tmp_path, "pure", {"test_cpu.py": ON_CPU})
+    cpu = python_only_variant(tmp_path / "build", "pure")
+    cuda = cpu.parent / "torch-cuda"
+    cuda.mkdir()
+    (cuda / "__init__.py").write_text(PACKAGE)
+    metadata = json.loads((cpu / "metadata.json").read_text())
+    (cuda / "metadata.json").write_text(json.dumps({**metadata, "backend": {"type": "cuda", "archs": ["9.0"]}}))
+    refused = kernel_matrix("test", str(cuda), "--kernel-dir", str(kernel), "--require-gpu", env=no_gpu())
+    assert refused.returncode == ExitCode.TOOLCHAIN, refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        "error: torch-cuda: the suite would see no GPU that its torch can use (--require-gpu: "
+        "a GPU test job runs the CUDA cases or fails)"
+    )
+    passed = kernel_matrix("test", str(cpu), "--kernel-dir", str(kernel), "--require-gpu", env=no_gpu())
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+
+
+@pytest.mark.processes
 def test_a_suite_that_only_asks_for_cuda_is_not_run_on_cpu_and_the_variant_is_loaded(tmp_path):
     kernel = python_only_kernel(tmp_path, "pure", {"test_gpu.py": NEEDS_CUDA})
     variant = python_only_variant(tmp_path / "build", "pure")
