@@ -23,8 +23,9 @@ kernel-matrix's own repository), the cell's torch (`torch_spec` from `torch_inde
 variant's python-depends and what the kernel's tests import, then runs `kernel-matrix test` on
 the variant's folder, all with the environment's own kernel-matrix.
 
-Without --cpu-only a CUDA variant needs a GPU that torch can use: without one this fails, since
-the suite would silently skip its CUDA cases. With --cpu-only every GPU is hidden
+Without --cpu-only a CUDA variant needs a GPU that torch can use, here and in the suite (`kernel-
+matrix test --require-gpu`): without one this fails, since the suite would silently skip its CUDA
+cases. With --cpu-only every GPU is hidden
 (CUDA_VISIBLE_DEVICES=), so the suite runs its CPU cases and skips its CUDA ones, the same on a
 laptop, a GitHub-hosted runner or a GPU machine; a CUDA variant of a kernel without cpu in its
 backends is loaded by the kernels loader instead, its suite left to a GPU. A CUDA variant still
