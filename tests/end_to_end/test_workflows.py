@@ -1923,7 +1923,9 @@ def test_test_variant_checks_torch_and_the_gpu(tmp_path, backend, flags, torch_c
     else:
         assert code == 0, stderr
         visible = "" if hidden else "unset"
-        assert tests == [f"kernel-matrix test build/{cell['path']} CUDA_VISIBLE_DEVICES={visible}"]
+        # The GPU job's suite must see the GPU too (--require-gpu): it runs the CUDA cases or fails.
+        required = " --require-gpu" if backend == "cuda" and not flags else ""
+        assert tests == [f"kernel-matrix test build/{cell['path']}{required} CUDA_VISIBLE_DEVICES={visible}"]
         assert ("GPU: Fake H200" in stderr) is (backend == "cuda" and not flags)
 
 
