@@ -120,6 +120,7 @@ def verify(
         if signatures_only
         else Rebuilder(
             chosen.dir,
+            chosen.config,
             python=python,
             matrix_file=file,
             image_kind=image.value if image else None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from docker.errors import DockerException
 
 from kernel_matrix.building.native_build import BuildPlan, build_noarch, build_variant, plan_build, toolchain_record
-from kernel_matrix.config.buildtoml import load_build_toml
+from kernel_matrix.config.buildtoml import BuildConfig
 from kernel_matrix.containers.cell import build_cell
 from kernel_matrix.containers.engine import connect
 from kernel_matrix.containers.images import PipSetup, builder_for
@@ -26,9 +26,11 @@ from kernel_matrix.releasing.verify import Metadata, first_line, recorded
 @dataclass(frozen=True)
 class Rebuilder:
     """How variants are rebuilt: natively, from kernel_dir against python's torch, or
-    in the builder image of their cell of matrix_file (always, with in_container)."""
+    in the builder image of their cell of matrix_file (always, with in_container). config:
+    the kernel's build.toml as the command read it, once: every rebuild is planned from it."""
 
     kernel_dir: Path
+    config: BuildConfig
     python: str | None = None
     matrix_file: Path | None = None  # None: native rebuilds only
     image_kind: str | None = None  # offline or official; None: the matrix's
@@ -41,7 +43,7 @@ class Rebuilder:
         independent of it). Natively where this host builds that variant with the
         toolchain it records; in its builder image where it does not (or with
         in_container). ToolchainError when it cannot be rebuilt here."""
-        if load_build_toml(self.kernel_dir).noarch:  # Python only: no toolchain, nothing to build in a container
+        if self.config.noarch:  # Python only: no toolchain, nothing to build in a container
             return self._native_noarch(name, metadata, out)
         if self.in_container:
             return self._in_container(name, metadata, out)
@@ -69,8 +71,9 @@ class Rebuilder:
         records one); ToolchainError if this host builds another variant."""
         backend = metadata["backend"]["type"]
         archs = metadata["backend"].get("archs")
+        capabilities = archs if backend == "cuda" else None
         plan = plan_build(
-            self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=archs if backend == "cuda" else None
+            self.kernel_dir, python=self.python, backend=backend, cuda_capabilities=capabilities, config=self.config
         )
         if plan.variant.name != name:
             raise ToolchainError(f"{name}: this host builds {plan.variant.name} ({plan.framework})")
@@ -85,7 +88,7 @@ class Rebuilder:
 
     def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
         backend = metadata["backend"]["type"]
-        made = build_noarch(self.kernel_dir, out, backends=[backend])
+        made = build_noarch(self.kernel_dir, out, backends=[backend], config=self.config)
         if name not in {m.name for m in made}:
             raise ToolchainError(f"{name}: {self.kernel_dir} builds {made[0].name} for the {backend} backend")
         return out / name
