@@ -114,7 +114,7 @@ def verify(
         variants or [],
         repo_id=repo_id,
         revision=revision,
-        kernel_dir=chosen.dir,
+        config=chosen.config,
         build_dir=folder,
         rebuilder=None
         if signatures_only

@@ -38,7 +38,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from kernel_matrix.building.variant_dir import variant_files
 from kernel_matrix.checking.testing import hub_repo_id, resolve_variant_dir
-from kernel_matrix.config.buildtoml import Backend, BuildConfig, load_build_toml
+from kernel_matrix.config.buildtoml import Backend, BuildConfig
 from kernel_matrix.errors import (
     ConfigError,
     KernelMatrixError,
@@ -341,7 +341,7 @@ def verify_command(
     *,
     repo_id: str | None,
     revision: str | None,
-    kernel_dir: Path,
+    config: BuildConfig,
     build_dir: Path,
     rebuilder: Rebuild | None,
     log: Callable[[str], None],
@@ -352,11 +352,10 @@ def verify_command(
     """The CLI's `verify` (its options checked there): local variant folders, or with
     repo_id the release's (`variants`: the ones to verify, default all), each rebuilt by
     rebuilder. With signer, each variant's signature first (signatures.py; without a
-    rebuilder, only that). Reports each
+    rebuilder, only that). config: the kernel's build.toml (its release branch). Reports each
     identical (and signed) variant; raises UntrustedError (one line per variant whose
     signature is not signer's), NotReproducedError (one line per differing file) or
     ToolchainError (variants not rebuilt here)."""
-    config = load_build_toml(kernel_dir)  # a bad --kernel-dir fails before any download
     checker = signatures.verifier(trust_root) if signer is not None else None
     untrusted: list[str] = []
 
