@@ -55,6 +55,7 @@ from kernel_matrix.config.buildtoml import (
     CudaGeneral,
     CudaKernel,
     Dependency,
+    General,
     MetalKernel,
     RocmKernel,
     Torch,
@@ -99,11 +100,15 @@ REGISTRATION_INCLUDE = PACKAGE_DIR / "include"
 TVM_FFI_CXX_STANDARD = "17"
 
 
+# A [kernel.*] section of a backend kernel-matrix compiles (and the others build.toml may hold).
+KernelSection = CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel
+
+
 @dataclass(frozen=True)
 class BuildPlan:
-    """Everything that decides the build's output; its hash names the op namespace."""
+    """Everything that decides the build's output, build.toml's part resolved when it is
+    planned (execution never goes back to the config); its hash names the op namespace."""
 
-    config: BuildConfig
     kernel_dir: Path
     variant: Variant
     torch: TorchInstall
@@ -111,6 +116,25 @@ class BuildPlan:
     cxx: str
     capabilities: list[str]  # what the binding's .cu files are compiled for: archs, else the defaults
     archs: list[str]  # every section's, for metadata.json (none without a CUDA section)
+    # From build.toml, as this variant builds it:
+    general: General  # [general]: the names, version and license metadata.json records
+    binding: Torch | TvmFfi  # the section of the binding's sources: [torch], or [tvm-ffi]
+    # The [kernel.*] sections compiled into this variant: its backend's, minus CUDA sections
+    # whose cuda-minver is above this CUDA (kernel-builder skips them).
+    sections: dict[str, KernelSection]
+    ext_dir: str  # the folder of the binding's Python package: torch-ext, or tvm-ffi-ext
+    package_suffixes: frozenset[str]  # which files of that package the variant ships
+    stable_abi: str | None  # [torch] stable-abi for this backend
+    # The kernel's own registration.h, if it ships one (older kernels, upstream's cutlass-gemm
+    # example): where `#include "registration.h"` finds it before kernel-matrix's.
+    registration: Path | None
+    python_depends: list[str]  # metadata.json's, the kernel's then its backend's
+    kernel_depends: list[dict[str, Any]]
+    # The CUDA sections a narrowed build (--cuda-capabilities) builds for their own
+    # cuda-capabilities, none of which the narrowing names (section_capabilities says why).
+    own_list_sections: list[str]
+    # build.toml as parsed (JSON), only for the hash that names the op namespace.
+    config_record: dict[str, Any] = field(repr=False)
     # [kernel.*] name -> the capabilities its .cu files are compiled for
     section_capabilities: dict[str, list[str]] = field(default_factory=dict)
     # What __DATE__ and __TIME__ expand to (recorded in metadata.json; it changes the
@@ -123,45 +147,10 @@ class BuildPlan:
     def backend(self) -> str:
         return self.variant.backend
 
-    def own_list_sections(self, narrowed: list[str] | None) -> list[str]:
-        """The CUDA sections a narrowed build (narrowed: --cuda-capabilities) builds for their own
-        cuda-capabilities, none of which the narrowing names (section_capabilities says why)."""
-        if not narrowed or self.nvcc is None:
-            return []
-        return [
-            name
-            for name, kernel in self.config.kernels_for("cuda").items()
-            if isinstance(kernel, CudaKernel)
-            and kernel.cuda_capabilities
-            and name in self.section_capabilities
-            and not select_capabilities(kernel.cuda_capabilities, self.nvcc.version, narrowed)
-        ]
-
-    def sections(self) -> dict[str, CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel]:
-        """The [kernel.*] sections compiled into this variant: its backend's, minus
-        CUDA sections whose cuda-minver is above this CUDA (kernel-builder skips them)."""
-        return {
-            name: kernel
-            for name, kernel in self.config.kernels_for(self.backend).items()
-            if not (isinstance(kernel, CudaKernel) and name not in self.section_capabilities)
-        }
-
-    @property
-    def torch_section(self) -> Torch:
-        assert self.config.torch is not None, "a torch extension's build needs [torch]"
-        return self.config.torch
-
-    @property
-    def binding(self) -> Torch | TvmFfi:
-        """The section of the binding's sources: [torch], or [tvm-ffi] (src, include, cxx-flags)."""
-        binding = self.config.torch or self.config.tvm_ffi
-        assert binding is not None, "a compiled kernel has [torch] or [tvm-ffi]"
-        return binding
-
     @property
     def package_dir(self) -> Path:
         """The kernel's Python package: torch-ext/<name>/, or tvm-ffi-ext/<name>/."""
-        return self.kernel_dir / self.config.ext_dir / self.config.general.python_name
+        return self.kernel_dir / self.ext_dir / self.general.python_name
 
     def flag_context(self, language: str) -> genex.Context:
         """What a flag's generator expressions are evaluated for: a file of language, these compilers."""
@@ -201,11 +190,11 @@ class BuildPlan:
         if self.tvm_ffi is not None:  # kernel-builder's tvm-ffi preamble: no torch, no Python
             return [{"cuda": "CUDA_KERNEL", "cpu": "CPU_KERNEL"}[self.backend], f"TVM_FFI_EXTENSION_NAME={self.module}"]
         backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
-        stable = self.torch_section.stable_abi_for(self.backend)
+        stable = self.stable_abi
         return [
             *backend,
             *interface_defines(self.torch.torch_dir, cuda=self.backend == "cuda"),
-            f"TORCH_EXTENSION_NAME={self.module if self.own_registration() else self.module_base}",
+            f"TORCH_EXTENSION_NAME={self.module if self.registration else self.module_base}",
             f"Py_LIMITED_API={PY_LIMITED_API}",
             "_GLIBCXX_USE_CXX11_ABI=1",
             *([stable_abi_define(stable)] if stable else []),
@@ -219,25 +208,15 @@ class BuildPlan:
     @property
     def module_base(self) -> str:
         """The module name without the build's hash: _img2gray_cuda (the binding's TORCH_EXTENSION_NAME)."""
-        return f"_{self.config.general.python_name}_{self.backend}"
-
-    def own_registration(self) -> Path | None:
-        """The kernel's own registration.h, if it ships one (older kernels, upstream's
-        cutlass-gemm example): where `#include "registration.h"` finds it before
-        kernel-matrix's, beside the binding's sources or in [torch] include."""
-        if self.config.torch is None:
-            return None  # registration.h is a torch binding's
-        folders = [self.kernel_dir / "torch-ext", *((self.kernel_dir / s).parent for s in self.torch_section.src)]
-        folders += [self.kernel_dir / d for d in self.torch_section.include]
-        return next((f / "registration.h" for f in folders if (f / "registration.h").is_file()), None)
+        return f"_{self.general.python_name}_{self.backend}"
 
     def source_files(self) -> list[str]:
         files = set(self.binding.src)
-        for kernel in self.sections().values():
+        for kernel in self.sections.values():
             files.update(kernel.src)
         files.update(
             str(p.relative_to(self.kernel_dir))
-            for p in package_files(self.package_dir, self.kernel_dir, self.config.package_suffixes)
+            for p in package_files(self.package_dir, self.kernel_dir, self.package_suffixes)
         )
         return sorted(files)
 
@@ -250,7 +229,7 @@ class BuildPlan:
         digest = hashlib.sha256()
         digest.update(
             json.dumps(
-                [self.variant.name, self.torch.version, self.section_capabilities, self.config.model_dump(mode="json")],
+                [self.variant.name, self.torch.version, self.section_capabilities, self.config_record],
                 sort_keys=True,
             ).encode()
         )
@@ -349,8 +328,9 @@ def plan(
         sections = section_capabilities(config, nvcc.version, cuda_capabilities, build_toml=kernel_dir / "build.toml")
         archs = variant_archs(sections)
         capabilities = archs or select_capabilities(None, nvcc.version, cuda_capabilities)
+    binding = config.torch or config.tvm_ffi
+    assert binding is not None, "a compiled kernel has [torch] or [tvm-ffi]"
     return BuildPlan(
-        config=config,
         kernel_dir=kernel_dir,
         variant=variant,
         torch=torch,
@@ -358,10 +338,52 @@ def plan(
         cxx=toolchain.cxx,
         capabilities=capabilities,
         archs=archs,
+        general=config.general,
+        binding=binding,
+        sections={
+            name: kernel
+            for name, kernel in config.kernels_for(backend).items()
+            if not (isinstance(kernel, CudaKernel) and name not in sections)
+        },
+        ext_dir=config.ext_dir,
+        package_suffixes=config.package_suffixes,
+        stable_abi=stable or None,
+        registration=_own_registration(kernel_dir, config.torch),
+        python_depends=python_depends(config, backend),
+        kernel_depends=kernel_depends(config, backend),
+        own_list_sections=_own_list_sections(config, sections, nvcc.version if nvcc else None, cuda_capabilities),
+        config_record=config.model_dump(mode="json"),
         section_capabilities=sections,
         source_date_epoch=source_date_epoch,
         tvm_ffi=tvm_ffi,
     )
+
+
+def _own_registration(kernel_dir: Path, torch: Torch | None) -> Path | None:
+    """The kernel's own registration.h, if it ships one: beside the binding's sources, in
+    torch-ext/ or in [torch] include (a tvm-ffi binding has none)."""
+    if torch is None:
+        return None  # registration.h is a torch binding's
+    folders = [kernel_dir / "torch-ext", *((kernel_dir / s).parent for s in torch.src)]
+    folders += [kernel_dir / d for d in torch.include]
+    return next((f / "registration.h" for f in folders if (f / "registration.h").is_file()), None)
+
+
+def _own_list_sections(
+    config: BuildConfig, sections: dict[str, list[str]], cuda: str | None, narrowed: list[str] | None
+) -> list[str]:
+    """The CUDA sections a narrowed build (narrowed: --cuda-capabilities) builds for their own
+    cuda-capabilities, none of which the narrowing names (sections: each built one's)."""
+    if not narrowed or cuda is None:
+        return []
+    return [
+        name
+        for name, kernel in config.kernels_for("cuda").items()
+        if isinstance(kernel, CudaKernel)
+        and kernel.cuda_capabilities
+        and name in sections
+        and not select_capabilities(kernel.cuda_capabilities, cuda, narrowed)
+    ]
 
 
 def _tvm_ffi_of(config: BuildConfig, toolchain: Toolchain, kernel_dir: Path) -> TvmFfiInstall | None:
@@ -424,7 +446,7 @@ def section_sources(plan: BuildPlan, dependencies: dict[str, Resolved]) -> dict[
     kernel_dir = plan.kernel_dir
     merged: dict[str, SectionSource] = {}
     every = all_dependency_includes(plan, dependencies)
-    for name, kernel in plan.sections().items():
+    for name, kernel in plan.sections.items():
         # Generator expressions evaluated for the language each list is given to (as the
         # COMPILE_LANGUAGE wrappers of kernel-builder's kernel.cmake apply them).
         cuda_flags = (
@@ -471,7 +493,7 @@ def all_dependency_includes(plan: BuildPlan, dependencies: dict[str, Resolved]) 
     compile's include path (the build inputs of the one derivation; the CMake of a CUTLASS
     dependency's include_directories), the binding's included: a binding that includes a
     CUTLASS header compiles there."""
-    sections = plan.sections()
+    sections = plan.sections
     names = dict.fromkeys(d for name in sorted(sections) for d in sections[name].depends if d != "torch")
     return [dependencies[name].include for name in names]
 
@@ -525,7 +547,7 @@ def build_steps(
     # The same bytes from any checkout and any torch install (compile.PathMap).
     path_map = PathMap(
         {
-            kernel_dir: plan.config.general.name,
+            kernel_dir: plan.general.name,
             **installed,
             REGISTRATION_INCLUDE.parent: "kernel_matrix",
             # A pin's folder is named by its digest, an override's by the host: both recorded by name.
@@ -621,7 +643,7 @@ def build_steps(
             source,
             output,
             own_includes,
-            plan.flags(binding.cxx_flags, "CXX", f"[{plan.config.ext_dir.removesuffix('-ext')}] cxx-flags"),
+            plan.flags(binding.cxx_flags, "CXX", f"[{plan.ext_dir.removesuffix('-ext')}] cxx-flags"),
             [],
             plan.capabilities,
         )
@@ -672,7 +694,7 @@ def _module_step(plan: BuildPlan, work: Path, path_map: PathMap, scratch: PathMa
     module_source.parent.mkdir(parents=True, exist_ok=True)
     # Weak where the kernel's own registration.h defines PyInit_<module> (REGISTER_EXTENSION):
     # the linker takes the kernel's, and this one only where its binding defines none.
-    weak = "__attribute__((weak)) " if plan.own_registration() else ""
+    weak = "__attribute__((weak)) " if plan.registration else ""
     module_source.write_text(render_template("module.cpp.in", module=plan.module, linkage=weak))
     argv = cxx_compile(
         plan.cxx,
@@ -701,7 +723,7 @@ def plan_dependencies(plan: BuildPlan) -> dict[str, Resolved]:
     from $KERNEL_MATRIX_DEPS_DIR or the pin's cache (dependencies.resolve)."""
     found: dict[str, Resolved] = {}
     problems: dict[str, str] = {}  # every dependency that cannot be had, not only the first
-    for name, kernel in plan.sections().items():
+    for name, kernel in plan.sections.items():
         for dependency in kernel.depends:
             if dependency != "torch" and dependency not in found and dependency not in problems:
                 where = f"{plan.kernel_dir / 'build.toml'}: [kernel.{name}]"
@@ -760,7 +782,7 @@ def build_variant(
     compiled objects are looked up and stored (None: always compile); check: called
     with the finished variant before it replaces the built one (a raise keeps the old)."""
     final = out_dir.resolve() / plan.variant.name
-    general = plan.config.general
+    general = plan.general
     parallel = plan_parallelism(1, max_jobs=str(jobs) if jobs else None)
     counts = {True: 0, False: 0}
 
@@ -804,7 +826,7 @@ def build_variant(
             name=general.python_name,
             module=plan.module,
             kernel_dir=plan.kernel_dir,
-            suffixes=plan.config.package_suffixes,
+            suffixes=plan.package_suffixes,
             ops_template="_ops_tvm_ffi.py.in" if plan.tvm_ffi else "_ops.py.in",
         )
         write_metadata(
@@ -816,8 +838,8 @@ def build_variant(
             backend=plan.backend,
             archs=plan.archs if plan.backend == "cuda" and plan.archs else None,
             kernel_git=git_state(plan.kernel_dir),
-            python_depends=python_depends(plan.config, plan.backend),
-            kernel_depends=kernel_depends(plan.config, plan.backend),
+            python_depends=plan.python_depends,
+            kernel_depends=plan.kernel_depends,
             upstream=general.upstream,
             source=general.source,
             toolchain=recorded_toolchain(plan),

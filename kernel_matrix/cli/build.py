@@ -166,7 +166,7 @@ def build(
         if not no_cache:  # the scope of the recipe the host hashes from the kernel's files
             cache = ObjectCache.for_kernel(cache_root, chosen.name, trusted=trusted, recipe=recipe_digest(chosen.dir))
         reuse = published_of(chosen, signer, trust_root) if reuse_published and signer is not None else None
-        build_native(
+        built = build_native(
             chosen,
             where,
             python,
@@ -178,6 +178,8 @@ def build(
             reuse=reuse,
             console=console,
         )
+        if not built.reused:  # the reuse line said where it came from
+            console.print(render.built_grid(built))
         if cache is not None:
             with contextlib.suppress(OSError):  # an unprunable cache costs disk, never the build
                 cache.prune(MAX_SCOPE_BYTES)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kernel_matrix.inert import markdown_cell
+from kernel_matrix.inert import markdown_cell, styled
 
 if TYPE_CHECKING:
     from kernel_matrix.checking.abi import AbiReport
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from kernel_matrix.planning.matrix import Cell
     from kernel_matrix.releasing.publish import Plan
     from kernel_matrix.releasing.wheels import WheelResult
+    from kernel_matrix.running.native import Built
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
@@ -32,6 +34,24 @@ def _status(ok: bool, text: str) -> Text:
 
 
 _OK = Text("ok", style="green")
+
+
+def built_grid(built: Built) -> RenderableType:
+    """A native build's result: a compiled variant's name, op namespace, folder, objects and
+    seconds; a Python-only kernel's variants, one line each. Paths are shown literally."""
+    if built.module is None:
+        return Group(*(styled((name, "bold"), f": {folder}") for name, folder in built.variants))
+    ((name, folder),) = built.variants
+    grid = Table.grid(padding=(0, 2))
+    for key, value in (
+        ("variant", name),
+        ("op namespace", built.module),
+        ("directory", str(folder)),
+        ("objects", f"{built.compiled} compiled, {built.cached} from the cache"),
+        ("seconds", f"{built.seconds:.1f}"),
+    ):
+        grid.add_row(Text(key, style="bold"), styled(value))
+    return grid
 
 
 def cells_table(title: str, cells: Sequence[Cell]) -> Table:

@@ -17,6 +17,7 @@ from pathlib import Path
 from kernel_matrix.building.objcache import ObjectCache
 from kernel_matrix.cli import interrupt_on_sigterm
 from kernel_matrix.cli.console import console, error
+from kernel_matrix.cli.render import built_grid
 from kernel_matrix.containers.build_request import BuildRequest
 from kernel_matrix.containers.container_output import OUTCOME
 from kernel_matrix.errors import ConfigError, ExitCode, KernelMatrixError
@@ -32,7 +33,7 @@ def run(request: BuildRequest) -> None:
         own, *others = map(Path, request.cache_reads)
         writes = Path(request.cache_writes) if request.cache_writes else None
         cache = ObjectCache(own, also_reads=tuple(others), writes=writes)
-    build_native(
+    built = build_native(
         Kernel.load(Path(request.kernel_dir)),
         BuildDir(Path(request.out_dir)),
         python=None,
@@ -44,6 +45,8 @@ def run(request: BuildRequest) -> None:
         candidate=(Path(request.candidate), request.candidate_from or "the Hub") if request.candidate else None,
         console=console,
     )
+    if not built.reused:  # the container's log, as `kernel-matrix build` shows it
+        console.print(built_grid(built))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,17 +1,17 @@
 """One kernel's variant built natively, for this host or, in a build container, for the cell
 the host asked for: the plan, the build, the load check and the reuse of a published variant,
 composed here, between the command line (`kernel-matrix build`, the container worker) and the
-stages they use (building/, checking/, releasing/). What it says goes to the console it is given."""
+stages they use (building/, checking/, releasing/). Its notes and progress go to the console
+it is given; what it made is returned (Built) for the command line to show; a failure is raised,
+its exit code with it."""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from rich.table import Table
-from rich.text import Text
 
 from kernel_matrix.hostfiles import make_build_dir
 from kernel_matrix.inert import styled
@@ -29,6 +29,20 @@ if TYPE_CHECKING:
     from kernel_matrix.releasing.signatures import Signer
 
 
+@dataclass(frozen=True)
+class Built:
+    """What a native build made: each variant's folder (a compiled kernel's one; a Python-only
+    kernel's, one per backend) and, for a compiled one, its op namespace and what it cost
+    (reused: taken from the Hub, nothing compiled)."""
+
+    variants: tuple[tuple[str, Path], ...]  # (variant name, its folder)
+    module: str | None = None
+    seconds: float = 0.0
+    compiled: int = 0
+    cached: int = 0
+    reused: bool = False
+
+
 def published_of(chosen: Kernel, signer: Signer, trust_root: Path | None) -> Reuse:
     """Where `build --reuse-published` looks: the kernel's Hub repo, on its release branch."""
     from kernel_matrix.checking.testing import hub_repo_id
@@ -40,8 +54,8 @@ def published_of(chosen: Kernel, signer: Signer, trust_root: Path | None) -> Reu
 
 def _reused(
     plan: BuildPlan, where: BuildDir, reuse: Reuse | None, candidate: tuple[Path, str] | None, console: Console
-) -> bool:
-    """Whether plan's variant was taken from the Hub (its line said either way): looked up
+) -> Built | None:
+    """plan's variant, where it was taken from the Hub (its line said either way): looked up
     there (reuse, a native build), or the candidate the host fetched and verified (in a
     container: (its folder, where it was published))."""
     from kernel_matrix.building.inputs import build_inputs
@@ -58,11 +72,11 @@ def _reused(
         reused = reuse_published(reuse, plan.variant.name, inputs, where.path)
     console.print(reused.line, markup=False, highlight=False, soft_wrap=True)
     if reused.variant_dir is None:
-        return False
+        return None
     write_build_stats(
         where.log(plan.variant.name, "build.json"), 0.0, BuildResult(reused.variant_dir, 0, 0), reused=True
     )
-    return True
+    return Built(((plan.variant.name, reused.variant_dir),), module=plan.module, reused=True)
 
 
 def _load_check(stage: Path, name: str, python: str, backend: str, where: BuildDir) -> str | None:
@@ -113,7 +127,7 @@ def build_native(
     reuse: Reuse | None = None,
     candidate: tuple[Path, str] | None = None,
     console: Console,
-) -> None:
+) -> Built:
     """One kernel's variant for this host (or, in a build container, for the cell
     `expected` asks for: refused before anything is written if it would be another)."""
     from kernel_matrix.building.compile import Progress
@@ -141,21 +155,19 @@ def build_native(
         )
         for why, names in not_loaded.items():
             _say_not_loaded(names, why, console)
-        for made in made_list:
-            console.print(styled((made.name, "bold"), f": {made}"))
-        return
+        return Built(tuple((made.name, made) for made in made_list))
     plan = plan_build(kernel.dir, python=python, backend=backend, cuda_capabilities=capabilities, config=kernel.config)
     if expected is not None:
         nvcc = f", nvcc {plan.nvcc.version}" if plan.nvcc else ""
         expected.check(plan.variant.name, f"{plan.framework}{nvcc}")
     make_build_dir(where.path)  # once the inputs are known to be good: a refused build writes nothing
-    notes = [skipped_note(kernel.dir, plan.config), no_section_note(kernel.dir, plan.config, plan.backend)]
+    notes = [skipped_note(kernel.dir, kernel.config), no_section_note(kernel.dir, kernel.config, plan.backend)]
     if expected is None:  # not in a cell's container: `matrix` said it for the cells
-        notes.append(edition_4_note(kernel.dir, plan.config))
+        notes.append(edition_4_note(kernel.dir, kernel.config))
     for note in notes:
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
-    for name in plan.own_list_sections(capabilities):
+    for name in plan.own_list_sections:
         console.print(
             f"note: [kernel.{name}]: none of its cuda-capabilities is among --cuda-capabilities "
             f"{','.join(capabilities or [])}: built for its own list ({' '.join(plan.section_capabilities[name])}), "
@@ -164,8 +176,8 @@ def build_native(
             highlight=False,
             soft_wrap=True,
         )
-    if (reuse is not None or candidate is not None) and _reused(plan, where, reuse, candidate, console):
-        return
+    if (reuse is not None or candidate is not None) and (reused := _reused(plan, where, reuse, candidate, console)):
+        return reused
     loads = _loads(kernel, load, expected, console)
     console.print(
         styled(
@@ -202,14 +214,10 @@ def build_native(
     for line in cache.refusals() if cache is not None else []:  # why the cache was not used
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     write_build_stats(where.log(plan.variant.name, "build.json"), seconds, result)
-    rows = [
-        ("variant", plan.variant.name),
-        ("op namespace", plan.module),
-        ("directory", str(result.variant_dir)),
-        ("objects", f"{result.compiled} compiled, {result.cached} from the cache"),
-        ("seconds", f"{seconds:.1f}"),
-    ]
-    grid = Table.grid(padding=(0, 2))
-    for key, value in rows:
-        grid.add_row(Text(key, style="bold"), value)
-    console.print(grid)
+    return Built(
+        ((plan.variant.name, result.variant_dir),),
+        module=plan.module,
+        seconds=seconds,
+        compiled=result.compiled,
+        cached=result.cached,
+    )
