@@ -197,6 +197,7 @@ def run_kernel_tests(
     local_kernels: Mapping[str, Path] | None = None,
     say: Callable[[str], None] = lambda note: None,
     require_gpu: bool = False,
+    config: BuildConfig | None = None,
 ) -> Outcome:
     """Run the kernel's own tests/ against a built variant, unmodified, as
     kernel-builder's CI runs them: `LOCAL_KERNELS=<repo-id>=<variant>` makes
@@ -212,10 +213,11 @@ def run_kernel_tests(
     scrubbed (scrubbed_env), with a HOME of its own under the variant's build folder,
     made for this run and removed after it. Returns what ran; raises TestFailure if it
     failed, ToolchainError where the tests' Python lacks pytest, torch or kernels, or
-    (require_gpu: a GPU test job) where a CUDA variant's suite would see no GPU."""
+    (require_gpu: a GPU test job) where a CUDA variant's suite would see no GPU. config: the
+    kernel's build.toml, where the caller has read it already."""
     from kernel_matrix.config.buildtoml import load_build_toml
 
-    config = load_build_toml(kernel_dir)
+    config = config or load_build_toml(kernel_dir)
     tests = kernel_dir / "tests"
     if not tests.is_dir():
         # kernel-builder's layout (and its CI) name the folder tests/; say so where another is there.

@@ -104,6 +104,7 @@ def test(
             local_kernels=built_alongside(variant_dir.name, others),
             say=lambda note: console.print(styled(("note", "yellow"), f" {variant_dir.name}: {note}"), soft_wrap=True),
             require_gpu=require_gpu,
+            config=chosen.config,
         )
         verdict = ("skipped", "yellow") if outcome.skipped else ("passed", "green")
         console.print(styled(verdict, f" {variant_dir.name}: {outcome.text}"), soft_wrap=True)
