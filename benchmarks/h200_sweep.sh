@@ -369,6 +369,11 @@ if [ "$mode" = suite ]; then  # the kernel's own tests through kernel-matrix tes
   for entry in ${SWEEP_SUITE_SECONDS_OF:-}; do  # kernel=seconds: a longer limit for one suite
     [ "${entry%%=*}" = "$k" ] && left=$((end - $(elapsed))) && [ $left -gt "${entry#*=}" ] && left=${entry#*=}
   done
+  # A CUDA suite that sees no GPU (a confinement hiding the driver: the fourteenth run) fails in one
+  # line instead of passing with every case skipped; a carried kernel-matrix before b43445b lacks the flag.
+  if [ "$backend" = cuda ] && python3 -m kernel_matrix test --help 2>/dev/null | grep -q -- '--require-gpu'; then
+    extra=(--require-gpu "${extra[@]}")
+  fi
   echo "+ python3 -m kernel_matrix test $b/$variant --kernel-dir $dir --pytest-arg=-q ${extra[*]} (timeout ${left}s)" >"$log"
   t0=$(date +%s)
   # At the limit, SIGINT to pytest (kernel-matrix's child): it stops and prints what ran so far.
