@@ -371,7 +371,9 @@ if [ "$mode" = suite ]; then  # the kernel's own tests through kernel-matrix tes
   done
   # A CUDA suite that sees no GPU (a confinement hiding the driver: the fourteenth run) fails in one
   # line instead of passing with every case skipped; a carried kernel-matrix before b43445b lacks the flag.
-  if [ "$backend" = cuda ] && python3 -m kernel_matrix test --help 2>/dev/null | grep -q -- '--require-gpu'; then
+  # (The help read whole, not piped to grep -q: under pipefail its early exit could drop the flag.)
+  help=$(python3 -m kernel_matrix test --help 2>/dev/null || true)
+  if [ "$backend" = cuda ] && [[ $help == *--require-gpu* ]]; then
     extra=(--require-gpu "${extra[@]}")
   fi
   echo "+ python3 -m kernel_matrix test $b/$variant --kernel-dir $dir --pytest-arg=-q ${extra[*]} (timeout ${left}s)" >"$log"

@@ -51,17 +51,14 @@ from kernel_matrix.config.buildtoml import (
     BUILDABLE_BACKENDS,
     BackendDepends,
     BuildConfig,
-    CpuKernel,
     CudaGeneral,
     CudaKernel,
     Dependency,
     General,
-    MetalKernel,
-    RocmKernel,
+    KernelSection,
     Torch,
     TpuGeneral,
     TvmFfi,
-    XpuKernel,
     load_build_toml,
 )
 from kernel_matrix.errors import BuildError, ConfigError, ToolchainError
@@ -100,14 +97,12 @@ REGISTRATION_INCLUDE = PACKAGE_DIR / "include"
 TVM_FFI_CXX_STANDARD = "17"
 
 
-# A [kernel.*] section of a backend kernel-matrix compiles (and the others build.toml may hold).
-KernelSection = CpuKernel | CudaKernel | MetalKernel | RocmKernel | XpuKernel
-
-
 @dataclass(frozen=True)
 class BuildPlan:
     """Everything that decides the build's output, build.toml's part resolved when it is
-    planned (execution never goes back to the config); its hash names the op namespace."""
+    planned: execution never parses the config again (the recipe digest, inputs.py, hashes
+    build.toml's bytes with the files its flags name, as the object cache's scope does); its
+    hash names the op namespace."""
 
     kernel_dir: Path
     variant: Variant
@@ -124,7 +119,6 @@ class BuildPlan:
     sections: dict[str, KernelSection]
     ext_dir: str  # the folder of the binding's Python package: torch-ext, or tvm-ffi-ext
     package_suffixes: frozenset[str]  # which files of that package the variant ships
-    stable_abi: str | None  # [torch] stable-abi for this backend
     # The kernel's own registration.h, if it ships one (older kernels, upstream's cutlass-gemm
     # example): where `#include "registration.h"` finds it before kernel-matrix's.
     registration: Path | None
@@ -190,7 +184,7 @@ class BuildPlan:
         if self.tvm_ffi is not None:  # kernel-builder's tvm-ffi preamble: no torch, no Python
             return [{"cuda": "CUDA_KERNEL", "cpu": "CPU_KERNEL"}[self.backend], f"TVM_FFI_EXTENSION_NAME={self.module}"]
         backend = {"cuda": ["USE_CUDA=1", "CUDA_KERNEL"], "cpu": ["CPU_KERNEL"]}[self.backend]
-        stable = self.stable_abi
+        stable = self.variant.stable_abi  # [torch] stable-abi for this backend
         return [
             *backend,
             *interface_defines(self.torch.torch_dir, cuda=self.backend == "cuda"),
@@ -317,17 +311,21 @@ def plan(
         stable_abi=stable or None,
         tvm_ffi=tvm_ffi.minor if tvm_ffi else None,
     )
-    sections: dict[str, list[str]] = {}
+    capabilities_of: dict[str, list[str]] = {}  # each CUDA section built: its capabilities
     capabilities: list[str] = []
     archs: list[str] = []
+    own_list: list[str] = []
     if backend == "cuda":
         assert nvcc is not None  # a CUDA build without one was refused above
         if cuda_capabilities:
             _check_compilable(cuda_capabilities, nvcc.version)
         # What this nvcc can compile decides (nvcc 12.6 cannot build sm_100, whatever torch's CUDA is).
-        sections = section_capabilities(config, nvcc.version, cuda_capabilities, build_toml=kernel_dir / "build.toml")
-        archs = variant_archs(sections)
+        capabilities_of = section_capabilities(
+            config, nvcc.version, cuda_capabilities, build_toml=kernel_dir / "build.toml"
+        )
+        archs = variant_archs(capabilities_of)
         capabilities = archs or select_capabilities(None, nvcc.version, cuda_capabilities)
+        own_list = _own_list_sections(config, capabilities_of, nvcc.version, cuda_capabilities)
     binding = config.torch or config.tvm_ffi
     assert binding is not None, "a compiled kernel has [torch] or [tvm-ffi]"
     return BuildPlan(
@@ -343,17 +341,16 @@ def plan(
         sections={
             name: kernel
             for name, kernel in config.kernels_for(backend).items()
-            if not (isinstance(kernel, CudaKernel) and name not in sections)
+            if not (isinstance(kernel, CudaKernel) and name not in capabilities_of)
         },
         ext_dir=config.ext_dir,
         package_suffixes=config.package_suffixes,
-        stable_abi=stable or None,
         registration=_own_registration(kernel_dir, config.torch),
         python_depends=python_depends(config, backend),
         kernel_depends=kernel_depends(config, backend),
-        own_list_sections=_own_list_sections(config, sections, nvcc.version if nvcc else None, cuda_capabilities),
+        own_list_sections=own_list,
         config_record=config.model_dump(mode="json"),
-        section_capabilities=sections,
+        section_capabilities=capabilities_of,
         source_date_epoch=source_date_epoch,
         tvm_ffi=tvm_ffi,
     )
@@ -370,18 +367,18 @@ def _own_registration(kernel_dir: Path, torch: Torch | None) -> Path | None:
 
 
 def _own_list_sections(
-    config: BuildConfig, sections: dict[str, list[str]], cuda: str | None, narrowed: list[str] | None
+    config: BuildConfig, capabilities_of: dict[str, list[str]], cuda: str, narrowed: list[str] | None
 ) -> list[str]:
     """The CUDA sections a narrowed build (narrowed: --cuda-capabilities) builds for their own
-    cuda-capabilities, none of which the narrowing names (sections: each built one's)."""
-    if not narrowed or cuda is None:
+    cuda-capabilities, none of which the narrowing names (capabilities_of: each built one's)."""
+    if not narrowed:
         return []
     return [
         name
         for name, kernel in config.kernels_for("cuda").items()
         if isinstance(kernel, CudaKernel)
         and kernel.cuda_capabilities
-        and name in sections
+        and name in capabilities_of
         and not select_capabilities(kernel.cuda_capabilities, cuda, narrowed)
     ]
 

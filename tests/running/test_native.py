@@ -5,7 +5,7 @@ import io
 import json
 
 import pytest
-from conftest import COMMUNITY, KERNEL_DIR
+from conftest import KERNEL_DIR, noarch_kernel
 
 
 def _build_native(kernel_dir, build_dir, backend=None, cache=None):
@@ -22,11 +22,9 @@ def _build_native(kernel_dir, build_dir, backend=None, cache=None):
 
 
 def test_a_python_only_kernel_returns_each_backends_variant(tmp_path):
-    from kernel_matrix.config.buildtoml import load_build_toml
-
-    built, said = _build_native(COMMUNITY / "einops", tmp_path / "build")
-    backends = load_build_toml(COMMUNITY / "einops").general.backends
-    assert [name for name, _ in built.variants] == [f"torch-{backend}" for backend in backends]
+    kernel = noarch_kernel(tmp_path, "gray-noarch", '["cuda", "cpu"]')
+    built, said = _build_native(kernel, tmp_path / "build")
+    assert [name for name, _ in built.variants] == ["torch-cuda", "torch-cpu"]
     for name, folder in built.variants:
         assert folder == (tmp_path / "build" / name).resolve() and (folder / "metadata.json").is_file()
     assert built.module is None and not built.reused and built.compiled == built.cached == 0
