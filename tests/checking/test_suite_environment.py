@@ -10,6 +10,8 @@ is compiled."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +214,25 @@ def test_a_suite_that_only_asks_for_cuda_is_not_run_on_cpu_and_the_variant_is_lo
     (variant / "__init__.py").write_text("raise RuntimeError('broken on import')\n")
     result = kernel_matrix("test", str(variant), "--kernel-dir", str(kernel), env=no_gpu())
     assert result.returncode == ExitCode.TEST and "RuntimeError: broken on import" in result.stderr, result.stderr
+
+
+@pytest.mark.processes
+def test_a_variant_for_another_device_is_not_failed_where_this_torch_cannot_load_it(tmp_path):
+    """A Python-only kernel's torch-rocm (round 20): its suite asks for CUDA, and this machine's
+    torch loads no ROCm kernels. Not a failure (kernel-builder checks it with a ROCm torch), and
+    the line says why it was not loaded, as `build` does."""
+    kernel = python_only_kernel(tmp_path, "pure", {"test_gpu.py": NEEDS_CUDA})
+    cpu = python_only_variant(tmp_path / "build", "pure")
+    rocm = cpu.parent / "torch-rocm"
+    shutil.copytree(cpu, rocm)
+    metadata = json.loads((cpu / "metadata.json").read_text())
+    (rocm / "metadata.json").write_text(json.dumps({**metadata, "backend": {"type": "rocm"}}))
+    result = kernel_matrix("test", str(rocm), "--kernel-dir", str(kernel), env=no_gpu())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    loads = r"skipped torch-rocm: not loaded \(torch \S+ here loads (cuda and )?cpu kernels only\); "
+    assert re.match(loads, line), line
+    assert "suite not run on CPU: needs a GPU (all 1 tests of pure ask torch for CUDA" in line, line
 
 
 @pytest.mark.processes
