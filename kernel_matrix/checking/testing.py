@@ -446,17 +446,13 @@ def _load_only(variant_dir: Path, metadata: dict[str, Any], python: str | None, 
 
     backend = metadata.get("backend")
     kind = backend.get("type") if isinstance(backend, dict) else None
+    kind = kind if isinstance(kind, str) and kind.isidentifier() else "cuda"
     # A Python-only kernel's variant for another device (torch-rocm, -xpu, -metal) is loaded as
     # that backend's, as kernel-builder's check loads it with that backend's own torch; a torch
     # that loads no such kernels (a CUDA or CPU build's) says so, which is no failure of the variant.
-    other_device = isinstance(kind, str) and kind.isidentifier() and kind not in ("cpu", "cuda")
+    other_device = kind not in ("cpu", "cuda")
     try:
-        why = load_check(
-            variant_dir,
-            variant_dir.name,
-            python=python or sys.executable,
-            backend=kind if kind == "cpu" or other_device else "cuda",
-        )
+        why = load_check(variant_dir, variant_dir.name, python=python or sys.executable, backend=kind)
     except BuildError as exc:
         raise TestFailure(str(exc).replace("built, but ", "", 1)) from None
     if why and not metadata.get("kernel-depends") and not other_device:

@@ -50,6 +50,15 @@ def verify(
     kernel: KernelOption = None,
     build_dir: Annotated[Path, typer.Option(help="Where variant names are looked up.")] = DEFAULT_BUILD_DIR,
     python: Annotated[str | None, typer.Option(help="The Python whose torch to rebuild with.")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Parallel compiles of each rebuild (default: from cores and memory; MAX_JOBS caps them).",
+        ),
+    ] = None,
     file: MatrixFileOption = Path("build_matrix.yaml"),
     image: Annotated[
         ImageKind | None,
@@ -125,6 +134,7 @@ def verify(
             matrix_file=file,
             image_kind=image.value if image else None,
             in_container=in_container,
+            jobs=jobs,
             log=_log,
         ),
         log=_log,

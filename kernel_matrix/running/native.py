@@ -138,6 +138,8 @@ def build_native(
     check_kernel_sources(kernel.dir, kernel.config)
     if kernel.config.noarch:  # Python only: every backend's variant (or --backend's), nothing compiled
         make_build_dir(where.path)
+        if expected is None and (note := edition_4_note(kernel.dir, kernel.config)):  # as a compiled build says it
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
 
         not_loaded: dict[str, list[str]] = {}  # why -> variants: one line for the backends this torch does not load
 

@@ -35,6 +35,7 @@ class Rebuilder:
     matrix_file: Path | None = None  # None: native rebuilds only
     image_kind: str | None = None  # offline or official; None: the matrix's
     in_container: bool = False
+    jobs: int | None = None  # parallel compiles of each rebuild (None: from cores and memory)
     log: Callable[[str], None] = lambda message: None
 
     def rebuild(self, name: str, metadata: Metadata, out: Path) -> Path:
@@ -84,7 +85,7 @@ class Rebuilder:
     def _native(self, plan: BuildPlan, out: Path, differences: str) -> Path:
         if differences:
             self.log(f"note: {plan.variant.name} was built with {differences}: a difference may come from that")
-        return build_variant(plan, out).variant_dir
+        return build_variant(plan, out, jobs=self.jobs).variant_dir
 
     def _native_noarch(self, name: str, metadata: Metadata, out: Path) -> Path:
         backend = metadata["backend"]["type"]
@@ -118,7 +119,7 @@ class Rebuilder:
                 image,
                 kernel_dir=self.kernel_dir,
                 build_dir=out,
-                jobs=None,
+                jobs=self.jobs,
                 source_date_epoch=recorded(metadata, "source-date-epoch"),
             )
         except (EngineError, DockerException) as exc:  # a compile error (BuildError) is not this

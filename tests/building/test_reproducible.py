@@ -179,7 +179,7 @@ def test_verify_names_each_changed_file_of_local_variants(cpu_variant, tmp_path)
     edit_metadata(copies["license"], lambda m: m.update(license="MIT"))
     # How it was built (another Python, in a container) is not what it is: a note, not a difference.
     edit_metadata(copies["provenance"], lambda m: m["provenance"]["toolchain"].update(python="3.11.0"))
-    result = cli("verify", *map(str, copies.values()), "--kernel-dir", str(kernel))
+    result = cli("verify", *map(str, copies.values()), "--kernel-dir", str(kernel), "-j", "1")
     assert result.returncode == ExitCode.NOT_REPRODUCED, result.stderr
     for name in ("same", "provenance"):
         assert f"identical: {copies[name]} (4 files)" in result.stdout

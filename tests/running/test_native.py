@@ -31,6 +31,18 @@ def test_a_python_only_kernel_returns_each_backends_variant(tmp_path):
     assert "torch-" not in said  # the command line shows what was made, from Built
 
 
+def test_a_python_only_file_without_edition_is_said_to_be_read_as_edition_4(tmp_path):
+    """As a compiled kernel's build says it (round 20: a Python-only build said nothing)."""
+    from kernel_matrix.config.buildtoml import EDITION_4_NOTE
+
+    kernel = noarch_kernel(tmp_path, "gray-old", '["cpu"]')
+    toml = kernel / "build.toml"
+    toml.write_text(toml.read_text().replace("edition = 5\n", ""))
+    _, said = _build_native(kernel, tmp_path / "build")
+    (line,) = [line for line in said.splitlines() if "note:" in line]
+    assert line.startswith(f"{toml}:") and line.endswith(f": note: {EDITION_4_NOTE}"), said
+
+
 @pytest.mark.build
 def test_a_compiled_variant_returns_its_folder_namespace_and_objects(tmp_path, object_cache):
     from kernel_matrix.building.objcache import ObjectCache
